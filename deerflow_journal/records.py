@@ -1,0 +1,294 @@
+"""The record envelope and the one normalisation every backend runs before it writes.
+
+Backends never see raw caller input: they receive ``PendingEvent`` objects whose ids, names and
+timestamps are checked and whose content and metadata are already plain JSON values together
+with their encoded text. That is what makes the same writes read back identically everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import enum
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypedDict
+
+import orjson
+
+from deerflow_journal.catalog import RUN_EVENT_CATEGORY_MAX_LENGTH, RUN_EVENT_TYPE_MAX_LENGTH
+
+__all__ = [
+    "AUTO",
+    "DEFAULT_MAX_TRACE_CONTENT",
+    "ID_MAX_LENGTH",
+    "Auto",
+    "PendingEvent",
+    "RunEvent",
+    "check_max_trace_content",
+    "current_user_id",
+    "decode_json",
+    "encode_json",
+    "normalise_batch",
+    "normalise_created_at",
+    "normalise_event",
+    "resolve_read_user",
+    "user_scope",
+]
+
+ID_MAX_LENGTH = 128
+DEFAULT_MAX_TRACE_CONTENT = 10240
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_EVENT_KEYS = frozenset(
+    {"thread_id", "run_id", "event_type", "category", "content", "metadata", "created_at"}
+)
+_ORJSON_OPTIONS = (
+    orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class RunEvent(TypedDict):
+    """A stored event as every backend returns it (readers must ignore extra keys)."""
+
+    thread_id: str
+    run_id: str
+    seq: int
+    event_type: str
+    category: str
+    content: Any
+    metadata: dict[str, Any]
+    created_at: str
+    user_id: str | None
+
+
+class Auto(enum.Enum):
+    """Type of the ``AUTO`` sentinel."""
+
+    AUTO = "AUTO"
+
+    def __repr__(self) -> str:
+        return "AUTO"
+
+
+#: Read argument meaning "the current ``user_scope`` user, or unscoped if none is set".
+AUTO = Auto.AUTO
+
+_current_user: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "deerflow_journal_user_id", default=None
+)
+
+
+def current_user_id() -> str | None:
+    """Return the user set by the innermost ``user_scope``, or ``None``."""
+    return _current_user.get()
+
+
+@contextlib.contextmanager
+def user_scope(user_id: str | None) -> Iterator[None]:
+    """Stamp writes with ``user_id`` and scope ``AUTO`` reads to it inside the block."""
+    if user_id is not None:
+        _check_id(user_id, "user_id")
+    token = _current_user.set(user_id)
+    try:
+        yield
+    finally:
+        _current_user.reset(token)
+
+
+def resolve_read_user(user_id: str | Auto | None) -> str | None:
+    """Turn a read method's ``user_id`` argument into an explicit filter (``None``: unscoped)."""
+    if user_id is AUTO:
+        return _current_user.get()
+    if user_id is not None:
+        _check_id(user_id, "user_id")
+    return user_id
+
+
+def _check_id(value: object, field: str, where: str = "") -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where}{field} must be a string, got {type(value).__name__}")
+    if not value or len(value) > ID_MAX_LENGTH:
+        raise ValueError(f"{where}{field} must be 1 to {ID_MAX_LENGTH} characters, got {value!r}")
+    if _CONTROL_CHARS.search(value):
+        raise ValueError(f"{where}{field} must not contain control characters, got {value!r}")
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """Rewrite what orjson refuses but ``json.dumps(default=str)`` would store, as strings."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+        return value
+    if isinstance(value, int):
+        return value if _INT64[0] <= value <= _INT64[1] else str(value)
+    if isinstance(value, Mapping):
+        return {
+            k if isinstance(k, str) else json.dumps(k, default=str): _plain(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def encode_json(value: Any) -> str:
+    """Encode ``value`` as JSON text with ``json.dumps(default=str)`` semantics.
+
+    Values JSON cannot hold become their ``str()``; NaN and infinities become ``null`` and
+    integers beyond 64 bits become strings, so that every backend (PostgreSQL ``jsonb``
+    included) can store the text unchanged.
+    """
+    try:
+        return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()
+    except TypeError:
+        return orjson.dumps(_plain(value), default=str, option=_ORJSON_OPTIONS).decode()
+
+
+def decode_json(text: str | bytes) -> Any:
+    """Decode JSON text written by ``encode_json``."""
+    return orjson.loads(text)
+
+
+def normalise_created_at(value: datetime | str | None, field: str = "created_at") -> str:
+    """Return ``value`` as an ISO-8601 UTC timestamp; naive values are taken as UTC."""
+    if value is None:
+        moment = datetime.now(UTC)
+    elif isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"{field} is not an ISO-8601 timestamp: {value!r}") from None
+    else:
+        raise TypeError(f"{field} must be a datetime or an ISO-8601 string, got {value!r}")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(slots=True)
+class PendingEvent:
+    """A validated, normalised event on its way into a backend (seq not yet assigned)."""
+
+    thread_id: str
+    run_id: str
+    event_type: str
+    category: str
+    content: Any
+    metadata: dict[str, Any]
+    content_json: str
+    metadata_json: str
+    created_at: str
+    user_id: str | None
+
+    def record(self, seq: int) -> RunEvent:
+        """Return the stored record this event becomes once it has ``seq``."""
+        return {
+            "thread_id": self.thread_id,
+            "run_id": self.run_id,
+            "seq": seq,
+            "event_type": self.event_type,
+            "category": self.category,
+            "content": self.content,
+            "metadata": self.metadata,
+            "created_at": self.created_at,
+            "user_id": self.user_id,
+        }
+
+
+def normalise_event(
+    event: Mapping[str, Any],
+    *,
+    max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    index: int | None = None,
+) -> PendingEvent:
+    """Validate one event mapping (``put`` keyword arguments) and normalise it for storage.
+
+    Raises ``TypeError``/``ValueError`` naming the field, prefixed with ``event {index}:``
+    when the event is part of a batch.
+    """
+    where = "" if index is None else f"event {index}: "
+    if not isinstance(event, Mapping):
+        raise TypeError(f"{where}an event must be a mapping, got {type(event).__name__}")
+    unknown = event.keys() - _EVENT_KEYS - {"user_id"}
+    if unknown:
+        raise ValueError(
+            f"{where}unknown event field(s) {sorted(unknown)}; seq is assigned by the store"
+            if "seq" in unknown
+            else f"{where}unknown event field(s) {sorted(unknown)}"
+        )
+    for required in ("thread_id", "run_id", "event_type", "category"):
+        if required not in event:
+            raise ValueError(f"{where}{required} is required")
+    thread_id = _check_id(event["thread_id"], "thread_id", where)
+    run_id = _check_id(event["run_id"], "run_id", where)
+    event_type = _check_name(event["event_type"], "event type", RUN_EVENT_TYPE_MAX_LENGTH, where)
+    category = _check_name(event["category"], "category", RUN_EVENT_CATEGORY_MAX_LENGTH, where)
+    if "user_id" in event:
+        user_id = event["user_id"]
+        if user_id is not None:
+            _check_id(user_id, "user_id", where)
+    else:
+        user_id = _current_user.get()
+
+    metadata = event.get("metadata")
+    if metadata is None:
+        metadata = {}
+    elif not isinstance(metadata, Mapping):
+        raise TypeError(f"{where}metadata must be a dict, got {type(metadata).__name__}")
+    content = event.get("content", "")
+
+    content_json = encode_json(content)
+    if max_trace_content is not None and category == "trace":
+        text = content if isinstance(content, str) else content_json
+        raw = text.encode()
+        if len(raw) > max_trace_content:
+            content = raw[:max_trace_content].decode("utf-8", "ignore")
+            content_json = encode_json(content)
+            metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
+    metadata_json = encode_json(metadata)
+    return PendingEvent(
+        thread_id=thread_id,
+        run_id=run_id,
+        event_type=event_type,
+        category=category,
+        content=orjson.loads(content_json),
+        metadata=orjson.loads(metadata_json),
+        content_json=content_json,
+        metadata_json=metadata_json,
+        created_at=normalise_created_at(event.get("created_at"), f"{where}created_at"),
+        user_id=user_id,
+    )
+
+
+def _check_name(value: object, field: str, max_length: int, where: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{where}{field} must be a string, got {type(value).__name__}")
+    if not value or len(value) > max_length:
+        raise ValueError(f"{where}{field} must be 1 to {max_length} characters, got {value!r}")
+    return value
+
+
+def normalise_batch(
+    events: Sequence[Mapping[str, Any]],
+    *,
+    max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+) -> list[PendingEvent]:
+    """Normalise a whole batch before anything is written; errors name the event's index."""
+    if isinstance(events, str | bytes | Mapping) or not isinstance(events, Sequence):
+        raise TypeError(f"events must be a list of event dicts, got {type(events).__name__}")
+    return [
+        normalise_event(event, max_trace_content=max_trace_content, index=i)
+        for i, event in enumerate(events)
+    ]
+
+
+def check_max_trace_content(value: int | None) -> int | None:
+    """Validate a store's ``max_trace_content`` option (``None`` disables truncation)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"max_trace_content must be a positive int or None, got {value!r}")
+    return value

@@ -1,0 +1,61 @@
+"""Store backends and ``open_store``, which builds one from a URL."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from deerflow_journal.stores.base import RunEventStore
+
+__all__ = ["DEFAULT_STORE_URL", "STORE_URL_ENV", "RunEventStore", "default_store_url", "open_store"]
+
+STORE_URL_ENV = "DEERFLOW_JOURNAL_URL"
+DEFAULT_STORE_URL = "sqlite:///.deer-flow/journal.db"
+
+# scheme -> (module, class, whether the rest of the URL is a path)
+_SCHEMES: dict[str, tuple[str, str, bool]] = {
+    "memory": ("deerflow_journal.stores.memory", "MemoryRunEventStore", False),
+    "jsonl": ("deerflow_journal.stores.jsonl", "JsonlRunEventStore", True),
+    "sqlite": ("deerflow_journal.stores.sqlite", "SqliteRunEventStore", True),
+    "postgresql": ("deerflow_journal.stores.postgres", "PostgresRunEventStore", False),
+    "postgres": ("deerflow_journal.stores.postgres", "PostgresRunEventStore", False),
+}
+
+
+def default_store_url() -> str:
+    """Return ``$DEERFLOW_JOURNAL_URL``, else the default SQLite file under ``.deer-flow/``."""
+    return os.environ.get(STORE_URL_ENV) or DEFAULT_STORE_URL
+
+
+def open_store(url: str | None = None, **options: Any) -> RunEventStore:
+    """Build the store a URL names; ``None`` means ``default_store_url()``.
+
+    ``memory://``, ``jsonl:///dir``, ``sqlite:///path.db`` and ``postgresql://...``. As in
+    SQLAlchemy URLs, three slashes start a relative path and four an absolute one
+    (``sqlite:////var/lib/journal.db``). Extra keyword options (``max_trace_content``) go to
+    the store's constructor. The store is not set up yet: use ``async with open_store(url)``.
+    """
+    if url is None:
+        url = default_store_url()
+    if not isinstance(url, str):
+        raise TypeError(f"store URL must be a string, got {type(url).__name__}")
+    scheme, sep, rest = url.partition("://")
+    scheme = scheme.lower().split("+", 1)[0]
+    if not sep or scheme not in _SCHEMES:
+        known = ", ".join(f"{s}://" for s in _SCHEMES)
+        raise ValueError(f"unknown store URL {url!r}; known schemes: {known}")
+    module_name, class_name, takes_path = _SCHEMES[scheme]
+    store_class = getattr(importlib.import_module(module_name), class_name)
+    if scheme == "memory":
+        if rest:
+            raise ValueError(f"memory:// takes no path, got {url!r}")
+        return store_class(**options)
+    if takes_path:
+        if not rest.startswith("/") or rest == "/":
+            raise ValueError(
+                f"{scheme} URL needs a path after three slashes ({scheme}:///relative or "
+                f"{scheme}:////absolute), got {url!r}"
+            )
+        return store_class(rest[1:], **options)
+    return store_class(f"postgresql://{rest}", **options)

@@ -1,0 +1,416 @@
+"""``RunEventStore``: the store contract every backend implements.
+
+Invariants every backend keeps (the shared store suite in ``tests/`` checks each of them):
+
+- ``seq`` is assigned by the store, strictly increasing within a thread and never reused, even
+  after deletes; threads are independent of each other.
+- Writes are normalised once, here, before a backend sees them (``records.normalise_batch``),
+  so the same writes read back identically from every backend.
+- ``put_batch`` is atomic: every event lands, with seq in input order, or none does.
+- Message projections return only ``category == "message"`` rows, in ascending seq.
+- Filters (event types, task id, user) apply before ``limit``.
+- Returned records are fresh copies: mutating one never changes what is stored.
+- A read scoped to a user returns only rows stamped with exactly that user.
+
+Backends implement the underscored hooks and receive only explicit, validated values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+from deerflow_journal.catalog import LEGACY_EVENT_ALIASES, LLM_AI_RESPONSE_EVENT
+from deerflow_journal.records import (
+    AUTO,
+    DEFAULT_MAX_TRACE_CONTENT,
+    Auto,
+    PendingEvent,
+    RunEvent,
+    check_max_trace_content,
+    current_user_id,
+    normalise_batch,
+    normalise_event,
+    resolve_read_user,
+)
+from deerflow_journal.summary import RunSummary
+
+__all__ = ["AI_RESPONSE_EVENT_TYPES", "MessagePage", "RunEventStore"]
+
+#: Event types the last-visible-AI query recognises (the canonical name and its legacy alias).
+AI_RESPONSE_EVENT_TYPES = (LLM_AI_RESPONSE_EVENT.event_type, *LEGACY_EVENT_ALIASES)
+
+
+class MessagePage:
+    """Paging arguments of a message query, validated once for every backend."""
+
+    __slots__ = ("after_seq", "before_seq", "limit")
+
+    def __init__(self, limit: int, before_seq: int | None, after_seq: int | None) -> None:
+        self.limit = _check_count(limit, "limit")
+        self.before_seq = None if before_seq is None else _check_count(before_seq, "before_seq")
+        self.after_seq = None if after_seq is None else _check_count(after_seq, "after_seq")
+
+    @property
+    def from_end(self) -> bool:
+        """True when the page is the last ``limit`` rows of the range, not the first."""
+        return self.after_seq is None
+
+
+def _check_count(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, got {value}")
+    return value
+
+
+def _check_thread(thread_id: object) -> str:
+    if not isinstance(thread_id, str) or not thread_id:
+        raise TypeError(f"thread_id must be a non-empty string, got {thread_id!r}")
+    return thread_id
+
+
+def _check_run(run_id: object) -> str:
+    if not isinstance(run_id, str) or not run_id:
+        raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
+    return run_id
+
+
+class RunEventStore(ABC):
+    """Append-only event store with thread-global sequence numbers.
+
+    Use it as an async context manager (``setup()`` on enter, ``close()`` on exit) or call
+    ``await store.setup()`` yourself; a method called first sets the store up by itself.
+    """
+
+    def __init__(self, *, max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT) -> None:
+        self.max_trace_content = check_max_trace_content(max_trace_content)
+        self._is_setup = False
+        self._setup_lock: asyncio.Lock | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Create or migrate what the backend needs; safe to call any number of times."""
+        if self._is_setup:
+            return
+        if self._setup_lock is None:
+            self._setup_lock = asyncio.Lock()
+        async with self._setup_lock:
+            if not self._is_setup:
+                await self._setup()
+                self._is_setup = True
+
+    async def close(self) -> None:
+        """Release what the store opened itself (never a connection or pool it was given)."""
+        await self._close()
+        self._is_setup = False
+
+    async def __aenter__(self) -> Self:
+        await self.setup()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _ready(self) -> None:
+        if not self._is_setup:
+            await self.setup()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def put(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: Any = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | str | None = None,
+        user_id: str | Auto | None = AUTO,
+    ) -> RunEvent:
+        """Append one event and return the stored record."""
+        pending = normalise_event(
+            _event_kwargs(
+                thread_id, run_id, event_type, category, content, metadata, created_at, user_id
+            ),
+            max_trace_content=self.max_trace_content,
+        )
+        await self._ready()
+        return (await self._append([pending]))[0]
+
+    async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
+        """Append every event atomically, seq in input order; a rejected batch writes nothing."""
+        pending = normalise_batch(events, max_trace_content=self.max_trace_content)
+        if not pending:
+            return []
+        await self._ready()
+        return await self._append(pending)
+
+    async def put_if_absent(
+        self,
+        *,
+        thread_id: str,
+        run_id: str,
+        event_type: str,
+        category: str,
+        content: Any = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | str | None = None,
+        user_id: str | Auto | None = AUTO,
+    ) -> tuple[RunEvent, bool]:
+        """Append unless the run already has an event of this type.
+
+        Returns ``(record, created)``: the new record, or the existing one with ``False``.
+        """
+        pending = normalise_event(
+            _event_kwargs(
+                thread_id, run_id, event_type, category, content, metadata, created_at, user_id
+            ),
+            max_trace_content=self.max_trace_content,
+        )
+        await self._ready()
+        return await self._append_if_absent(pending)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | Auto | None = AUTO,
+    ) -> list[RunEvent]:
+        """Return a page of the thread's message rows in ascending seq.
+
+        ``before_seq``: the last ``limit`` below it; ``after_seq``: the first ``limit`` above
+        it; neither: the latest ``limit``.
+        """
+        page = MessagePage(limit, before_seq, after_seq)
+        user = resolve_read_user(user_id)
+        await self._ready()
+        return await self._list_messages(_check_thread(thread_id), None, page, user)
+
+    async def list_messages_by_run(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        limit: int = 50,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        user_id: str | Auto | None = AUTO,
+    ) -> list[RunEvent]:
+        """Return a page of one run's message rows, paged like ``list_messages``."""
+        page = MessagePage(limit, before_seq, after_seq)
+        user = resolve_read_user(user_id)
+        await self._ready()
+        return await self._list_messages(_check_thread(thread_id), _check_run(run_id), page, user)
+
+    async def list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        event_types: Iterable[str] | str | None = None,
+        task_id: str | None = None,
+        limit: int = 500,
+        after_seq: int | None = None,
+        user_id: str | Auto | None = AUTO,
+    ) -> list[RunEvent]:
+        """Return one run's events of every category in ascending seq, filters before limit.
+
+        ``task_id`` matches ``metadata["task_id"]``; ``event_types`` may be one name or several.
+        """
+        types: tuple[str, ...] | None
+        if event_types is None:
+            types = None
+        else:
+            types = (event_types,) if isinstance(event_types, str) else tuple(event_types)
+            if not all(isinstance(t, str) for t in types):
+                raise TypeError(f"event_types must be strings, got {types!r}")
+        if task_id is not None and not isinstance(task_id, str):
+            raise TypeError(f"task_id must be a string, got {task_id!r}")
+        _check_count(limit, "limit")
+        if after_seq is not None:
+            _check_count(after_seq, "after_seq")
+        user = resolve_read_user(user_id)
+        await self._ready()
+        return await self._list_events(
+            _check_thread(thread_id), _check_run(run_id), types, task_id, limit, after_seq, user
+        )
+
+    async def get_last_visible_ai_seq_by_run(
+        self,
+        thread_id: str,
+        run_ids: Iterable[str],
+        *,
+        user_id: str | Auto | None = AUTO,
+    ) -> dict[str, int]:
+        """Map each run to the seq of its last AI message not produced by middleware.
+
+        Rows of type ``llm.ai.response`` or the legacy ``ai_message`` count; rows whose
+        ``metadata.caller`` starts with ``middleware:`` do not. Runs without one are absent.
+        """
+        runs = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+        for run_id in runs:
+            _check_run(run_id)
+        user = resolve_read_user(user_id)
+        if not runs:
+            return {}
+        await self._ready()
+        return await self._last_visible_ai_seq_by_run(_check_thread(thread_id), runs, user)
+
+    async def count_messages(self, thread_id: str, *, user_id: str | Auto | None = AUTO) -> int:
+        """Return how many message rows the thread has."""
+        user = resolve_read_user(user_id)
+        await self._ready()
+        return await self._count_messages(_check_thread(thread_id), user)
+
+    async def delete_by_thread(self, thread_id: str, *, user_id: str | Auto | None = AUTO) -> int:
+        """Delete the thread's events (a scoped call only that user's) and return the count.
+
+        Run summaries of the thread are deleted with them. Seq numbers are not reused.
+        """
+        user = resolve_read_user(user_id)
+        await self._ready()
+        return await self._delete(_check_thread(thread_id), None, user)
+
+    async def delete_by_run(
+        self, thread_id: str, run_id: str, *, user_id: str | Auto | None = AUTO
+    ) -> int:
+        """Delete one run's events and summary and return how many events went."""
+        user = resolve_read_user(user_id)
+        await self._ready()
+        return await self._delete(_check_thread(thread_id), _check_run(run_id), user)
+
+    # -- run summaries -----------------------------------------------------------------------
+
+    async def put_run_summary(self, summary: RunSummary) -> RunSummary:
+        """Insert or replace the summary of ``(summary.thread_id, summary.run_id)``.
+
+        The summary is stamped with the current user when it names none.
+        """
+        if not isinstance(summary, RunSummary):
+            raise TypeError(f"summary must be a RunSummary, got {type(summary).__name__}")
+        if summary.user_id is None and current_user_id() is not None:
+            summary = summary.model_copy(update={"user_id": current_user_id()})
+        _check_thread(summary.thread_id)
+        _check_run(summary.run_id)
+        await self._ready()
+        await self._put_run_summary(summary.to_json_dict())
+        return summary.model_copy(deep=True)
+
+    async def get_run_summary(
+        self, thread_id: str, run_id: str, *, user_id: str | Auto | None = AUTO
+    ) -> RunSummary | None:
+        """Return the stored summary of one run, or ``None``."""
+        user = resolve_read_user(user_id)
+        await self._ready()
+        data = await self._get_run_summary(_check_thread(thread_id), _check_run(run_id), user)
+        return None if data is None else RunSummary.model_validate(data)
+
+    async def list_run_summaries(
+        self, thread_id: str, *, user_id: str | Auto | None = AUTO
+    ) -> list[RunSummary]:
+        """Return the thread's run summaries in the order they were first written."""
+        user = resolve_read_user(user_id)
+        await self._ready()
+        rows = await self._list_run_summaries(_check_thread(thread_id), user)
+        return [RunSummary.model_validate(row) for row in rows]
+
+    # -- backend hooks -----------------------------------------------------------------------
+
+    @abstractmethod
+    async def _setup(self) -> None: ...
+
+    @abstractmethod
+    async def _close(self) -> None: ...
+
+    @abstractmethod
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        """Persist ``events`` in one atomic step, assigning seq per thread in input order."""
+
+    @abstractmethod
+    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
+        """Persist ``event`` unless its run has that event type, serialised with ``_append``."""
+
+    @abstractmethod
+    async def _list_messages(
+        self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
+    ) -> list[RunEvent]: ...
+
+    @abstractmethod
+    async def _list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        event_types: tuple[str, ...] | None,
+        task_id: str | None,
+        limit: int,
+        after_seq: int | None,
+        user_id: str | None,
+    ) -> list[RunEvent]: ...
+
+    @abstractmethod
+    async def _last_visible_ai_seq_by_run(
+        self, thread_id: str, run_ids: list[str], user_id: str | None
+    ) -> dict[str, int]: ...
+
+    @abstractmethod
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int: ...
+
+    @abstractmethod
+    async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int: ...
+
+    @abstractmethod
+    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
+        """Upsert by (thread_id, run_id); keep the first-written order for listing."""
+
+    @abstractmethod
+    async def _get_run_summary(
+        self, thread_id: str, run_id: str, user_id: str | None
+    ) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    async def _list_run_summaries(
+        self, thread_id: str, user_id: str | None
+    ) -> list[dict[str, Any]]: ...
+
+
+def _event_kwargs(
+    thread_id: Any,
+    run_id: Any,
+    event_type: Any,
+    category: Any,
+    content: Any,
+    metadata: Any,
+    created_at: Any,
+    user_id: Any,
+) -> dict[str, Any]:
+    event = {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "event_type": event_type,
+        "category": category,
+        "content": content,
+        "metadata": metadata,
+        "created_at": created_at,
+    }
+    if user_id is not AUTO:
+        event["user_id"] = user_id
+    return event

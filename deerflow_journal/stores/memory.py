@@ -1,0 +1,239 @@
+"""``MemoryRunEventStore``: a per-process store for tests, notebooks and short-lived runs."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
+from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+
+__all__ = ["MemoryRunEventStore"]
+
+
+@dataclass(slots=True)
+class _Row:
+    seq: int
+    event: PendingEvent
+    task_id: Any
+
+    def record(self) -> RunEvent:
+        # Decoding the stored JSON text hands every reader its own copy.
+        e = self.event
+        return {
+            "thread_id": e.thread_id,
+            "run_id": e.run_id,
+            "seq": self.seq,
+            "event_type": e.event_type,
+            "category": e.category,
+            "content": decode_json(e.content_json),
+            "metadata": decode_json(e.metadata_json),
+            "created_at": e.created_at,
+            "user_id": e.user_id,
+        }
+
+
+@dataclass(slots=True)
+class _Index:
+    """Rows in ascending seq with a parallel seq list for O(log n) range lookups."""
+
+    seqs: list[int] = field(default_factory=list)
+    rows: list[_Row] = field(default_factory=list)
+
+    def add(self, row: _Row) -> None:
+        self.seqs.append(row.seq)
+        self.rows.append(row)
+
+    def page(self, page: MessagePage) -> list[_Row]:
+        lo = 0 if page.after_seq is None else bisect.bisect_right(self.seqs, page.after_seq)
+        hi = (
+            len(self.seqs)
+            if page.before_seq is None
+            else bisect.bisect_left(self.seqs, page.before_seq)
+        )
+        if hi <= lo:
+            return []
+        if page.from_end:
+            return self.rows[max(lo, hi - page.limit) : hi]
+        return self.rows[lo : min(hi, lo + page.limit)]
+
+    def after(self, after_seq: int | None) -> Iterator[_Row]:
+        start = 0 if after_seq is None else bisect.bisect_right(self.seqs, after_seq)
+        return (self.rows[i] for i in range(start, len(self.rows)))
+
+
+class _Thread:
+    """One thread's rows and indexes, keyed by (kind, run_id, user_id)."""
+
+    __slots__ = ("indexes", "last_seq")
+
+    def __init__(self, last_seq: int = 0) -> None:
+        self.last_seq = last_seq
+        self.indexes: dict[tuple[str, str | None, str | None], _Index] = {}
+
+    def add(self, row: _Row) -> None:
+        e = row.event
+        is_message = e.category == "message"
+        for user in {None, e.user_id}:
+            for run in (None, e.run_id):
+                self._index("all", run, user).add(row)
+                if is_message:
+                    self._index("msg", run, user).add(row)
+
+    def _index(self, kind: str, run_id: str | None, user_id: str | None) -> _Index:
+        key = (kind, run_id, user_id)
+        index = self.indexes.get(key)
+        if index is None:
+            index = self.indexes[key] = _Index()
+        return index
+
+    def get(self, kind: str, run_id: str | None, user_id: str | None) -> _Index:
+        return self.indexes.get((kind, run_id, user_id)) or _Index()
+
+    def rows(self) -> list[_Row]:
+        return self.get("all", None, None).rows
+
+
+class MemoryRunEventStore(RunEventStore):
+    """Keeps events in process memory; paging is O(log n) through per-thread and per-run indexes.
+
+    Content is kept as the normalised JSON text, so reads return exactly what the database
+    backends return.
+    """
+
+    def __init__(self, *, max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT) -> None:
+        super().__init__(max_trace_content=max_trace_content)
+        self._threads: dict[str, _Thread] = {}
+        self._summaries: dict[tuple[str, str], dict[str, Any]] = {}
+
+    async def _setup(self) -> None:
+        pass
+
+    async def _close(self) -> None:
+        pass
+
+    def _thread(self, thread_id: str) -> _Thread:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            thread = self._threads[thread_id] = _Thread()
+        return thread
+
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        # No await between here and the return: the batch is atomic on the event loop.
+        records = []
+        for event in events:
+            thread = self._thread(event.thread_id)
+            thread.last_seq += 1
+            metadata = event.metadata
+            thread.add(_Row(thread.last_seq, event, metadata.get("task_id")))
+            records.append(event.record(thread.last_seq))
+        return records
+
+    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
+        thread = self._thread(event.thread_id)
+        for row in thread.get("all", event.run_id, None).rows:
+            if row.event.event_type == event.event_type:
+                return row.record(), False
+        return (await self._append([event]))[0], True
+
+    async def _list_messages(
+        self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
+    ) -> list[RunEvent]:
+        thread = self._threads.get(thread_id)
+        if thread is None or page.limit == 0:
+            return []
+        return [row.record() for row in thread.get("msg", run_id, user_id).page(page)]
+
+    async def _list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        event_types: tuple[str, ...] | None,
+        task_id: str | None,
+        limit: int,
+        after_seq: int | None,
+        user_id: str | None,
+    ) -> list[RunEvent]:
+        thread = self._threads.get(thread_id)
+        if thread is None or limit == 0:
+            return []
+        out: list[RunEvent] = []
+        for row in thread.get("all", run_id, user_id).after(after_seq):
+            if event_types is not None and row.event.event_type not in event_types:
+                continue
+            if task_id is not None and row.task_id != task_id:
+                continue
+            out.append(row.record())
+            if len(out) == limit:
+                break
+        return out
+
+    async def _last_visible_ai_seq_by_run(
+        self, thread_id: str, run_ids: list[str], user_id: str | None
+    ) -> dict[str, int]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return {}
+        found: dict[str, int] = {}
+        for run_id in run_ids:
+            for row in reversed(thread.get("msg", run_id, user_id).rows):
+                e = row.event
+                caller = e.metadata.get("caller")
+                if e.event_type in AI_RESPONSE_EVENT_TYPES and not (
+                    isinstance(caller, str) and caller.startswith("middleware:")
+                ):
+                    found[run_id] = row.seq
+                    break
+        return found
+
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        thread = self._threads.get(thread_id)
+        return 0 if thread is None else len(thread.get("msg", None, user_id).rows)
+
+    async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return 0
+        kept = [
+            row
+            for row in thread.rows()
+            if not (
+                (run_id is None or row.event.run_id == run_id)
+                and (user_id is None or row.event.user_id == user_id)
+            )
+        ]
+        deleted = len(thread.rows()) - len(kept)
+        rebuilt = _Thread(thread.last_seq)
+        for row in kept:
+            rebuilt.add(row)
+        self._threads[thread_id] = rebuilt
+        for key, summary in list(self._summaries.items()):
+            if (
+                key[0] == thread_id
+                and (run_id is None or key[1] == run_id)
+                and (user_id is None or summary["user_id"] == user_id)
+            ):
+                del self._summaries[key]
+        return deleted
+
+    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
+        self._summaries[(summary["thread_id"], summary["run_id"])] = summary
+
+    async def _get_run_summary(
+        self, thread_id: str, run_id: str, user_id: str | None
+    ) -> dict[str, Any] | None:
+        summary = self._summaries.get((thread_id, run_id))
+        if summary is None or (user_id is not None and summary["user_id"] != user_id):
+            return None
+        return summary
+
+    async def _list_run_summaries(
+        self, thread_id: str, user_id: str | None
+    ) -> list[dict[str, Any]]:
+        return [
+            summary
+            for (thread, _), summary in self._summaries.items()
+            if thread == thread_id and (user_id is None or summary["user_id"] == user_id)
+        ]

@@ -1,0 +1,47 @@
+"""``RunSummary``: the authoritative status and token totals of one run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["RUN_STATUSES", "RunStatus", "RunSummary"]
+
+RunStatus = Literal["running", "success", "error", "interrupted", "cancelled"]
+RUN_STATUSES: tuple[RunStatus, ...] = ("running", "success", "error", "interrupted", "cancelled")
+
+
+class RunSummary(BaseModel):
+    """Status, timing and token usage of one run, as the journal writes it to its store.
+
+    The token keys are exactly those of ``RunJournal.get_completion_data()``. A run whose
+    process died before a terminal outcome keeps the status ``running``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    thread_id: str
+    run_id: str
+    user_id: str | None = None
+    status: RunStatus = "running"
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    duration_ms: int | None = Field(default=None, ge=0)
+    error: dict[str, str] | None = None
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    total_tokens: int = 0
+    llm_call_count: int = 0
+    lead_agent_tokens: int = 0
+    subagent_tokens: int = 0
+    middleware_tokens: int = 0
+    token_usage_by_model: dict[str, dict[str, int]] = Field(default_factory=dict)
+    message_count: int = 0
+    last_ai_message: str | None = None
+    first_human_message: str | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Return the summary as plain JSON values (timestamps as ISO-8601 strings)."""
+        return self.model_dump(mode="json")

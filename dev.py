@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Project entry point: ``python3 dev.py demo`` runs the journaled example, ``test`` every check.
+
+Both commands create ``.venv`` on first use and reinstall into it whenever ``pyproject.toml``
+changes, so a fresh clone needs nothing but Python 3.11+ and the package registries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+EXTRAS = "postgres,test"
+
+
+def _venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_env() -> Path:
+    """Create the virtual environment and install the project into it when needed."""
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be run by an older python3
+        sys.exit(f"deerflow-journal needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+    python = _venv_python()
+    if not python.exists():
+        print("creating .venv ...", flush=True)
+        venv.create(VENV, with_pip=True)
+    stamp = VENV / ".deerflow-journal-installed"
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + EXTRAS.encode()).hexdigest()
+    if not stamp.exists() or stamp.read_text() != wanted:
+        print(f"installing deerflow-journal[{EXTRAS}] into .venv ...", flush=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-e",
+                f".[{EXTRAS}]",
+            ],
+            cwd=ROOT,
+            check=True,
+        )
+        stamp.write_text(wanted)
+    return python
+
+
+def main(argv: list[str]) -> int:
+    """Run the command named by ``argv[0]`` (``demo`` or ``test``) inside ``.venv``."""
+    if not argv or argv[0] not in {"demo", "test"}:
+        print("usage: python3 dev.py demo | test [pytest arguments]", file=sys.stderr)
+        return 2
+    python = str(ensure_env())
+    if argv[0] == "demo":
+        return subprocess.run([python, "examples/quickstart.py", *argv[1:]], cwd=ROOT).returncode
+    for check in (["ruff", "check", "."], ["ruff", "format", "--check", "."]):
+        code = subprocess.run([python, "-m", *check], cwd=ROOT).returncode
+        if code:
+            return code
+    return subprocess.run([python, "-m", "pytest", *argv[1:]], cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
