@@ -49,6 +49,8 @@ _ORJSON_OPTIONS = (
     orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 )
 _INT64 = (-(2**63), 2**63 - 1)
+# A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
+_ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 class RunEvent(TypedDict):
@@ -138,13 +140,16 @@ def encode_json(value: Any) -> str:
     """Encode ``value`` as JSON text with ``json.dumps(default=str)`` semantics.
 
     Values JSON cannot hold become their ``str()``; NaN and infinities become ``null`` and
-    integers beyond 64 bits become strings, so that every backend (PostgreSQL ``jsonb``
-    included) can store the text unchanged.
+    integers beyond 64 bits become strings, and U+0000 in strings becomes U+FFFD, so that every
+    backend (PostgreSQL ``jsonb`` included) can store the text unchanged.
     """
     try:
-        return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()
+        text = orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()
     except TypeError:
-        return orjson.dumps(_plain(value), default=str, option=_ORJSON_OPTIONS).decode()
+        text = orjson.dumps(_plain(value), default=str, option=_ORJSON_OPTIONS).decode()
+    if "\\u0000" in text:
+        text = _ESCAPED_NUL.sub(r"\1\\ufffd", text)
+    return text
 
 
 def decode_json(text: str | bytes) -> Any:
