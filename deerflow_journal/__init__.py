@@ -36,6 +36,7 @@ from deerflow_journal.catalog import (
     RunEventPattern,
 )
 from deerflow_journal.contract import load_contract, validate_event
+from deerflow_journal.journal import RunJournal
 from deerflow_journal.records import (
     AUTO,
     RunEvent,
@@ -92,6 +93,7 @@ __all__ = [
     "RunEventDefinition",
     "RunEventPattern",
     "RunEventStore",
+    "RunJournal",
     "RunSummary",
     "current_user_id",
     "default_store_url",

@@ -1,0 +1,610 @@
+"""``RunJournal``: the callback handler that turns a LangChain/LangGraph run into events.
+
+The handler only keeps per-run state and dispatches: ``mapping`` decides what each callback
+becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``buffer`` writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+from uuid import UUID
+
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import LLMResult
+from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
+from langgraph.errors import GraphInterrupt
+
+from deerflow_journal.journal import mapping
+from deerflow_journal.journal.buffer import EventBuffer
+from deerflow_journal.journal.loops import background_loop, dispatched_synchronously, running_loop
+from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
+from deerflow_journal.journal.state import RunState, ToolStart
+from deerflow_journal.journal.usage import token_counts
+from deerflow_journal.records import current_user_id
+from deerflow_journal.stores import RunEventStore, open_store
+from deerflow_journal.summary import RunStatus, RunSummary
+
+__all__ = ["RunJournal"]
+
+logger = logging.getLogger(__name__)
+
+_UNRESOLVED_REASON: dict[RunStatus, mapping.UnresolvedReason] = {
+    "success": "run_ended",
+    "interrupted": "interrupted",
+    "cancelled": "cancelled",
+    "error": "run_failed",
+}
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+class RunJournal(GraphCallbackHandler):
+    """Journals LangChain and LangGraph runs as catalog events plus a ``RunSummary``.
+
+    Pass it as a callback (``config={"callbacks": [journal]}``). Each root chain invocation is
+    one run: ``run.start`` ... ``run.end``/``run.error``/``run.interrupt``, with model, tool and
+    recorder events in between, and the run's summary written at every terminal outcome.
+
+    Args:
+        run_id: Run id to write under; ``None`` uses each root invocation's LangChain run id,
+            which makes the journal reusable across invocations.
+        thread_id: Thread id; ``None`` takes LangGraph's ``thread_id`` from the callback
+            metadata, else the run id.
+        event_store: Where events go. ``None`` opens ``open_store()`` (the default URL); the
+            journal then owns that store, runs it on its background loop and closes it when a
+            run ends and on ``aclose()``/``close()``. A store passed in belongs to the caller
+            and is used on the loop the callbacks run on (under a plain ``invoke`` with no
+            loop, on the journal's background loop, so it must not be tied to another loop).
+        track_token_usage: Count tokens (``False`` leaves every token figure at zero).
+        flush_threshold: Write a batch in the background once this many events are pending.
+        progress_reporter: Async callable receiving ``get_completion_data()`` snapshots.
+        progress_flush_interval: Minimum seconds between two progress snapshots.
+    """
+
+    run_inline: bool = True
+    """Callbacks run inline on the caller's thread or loop; they only touch memory."""
+
+    raise_error: bool = False
+    """Journal errors are logged by LangChain and never break the graph (tests turn it on)."""
+
+    def __init__(
+        self,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        event_store: RunEventStore | None = None,
+        *,
+        track_token_usage: bool = True,
+        flush_threshold: int = 20,
+        progress_reporter: ProgressReporter | None = None,
+        progress_flush_interval: float = 5.0,
+    ) -> None:
+        if isinstance(flush_threshold, bool) or not isinstance(flush_threshold, int):
+            raise TypeError(f"flush_threshold must be an int, got {flush_threshold!r}")
+        if flush_threshold < 1:
+            raise ValueError(f"flush_threshold must be at least 1, got {flush_threshold}")
+        if progress_flush_interval < 0:
+            raise ValueError("progress_flush_interval must not be negative")
+        for name, value in (("run_id", run_id), ("thread_id", thread_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise TypeError(f"{name} must be a non-empty string or None, got {value!r}")
+        self._run_id = run_id
+        self._thread_id = thread_id
+        self._owns_store = event_store is None
+        self._buffer = EventBuffer(
+            open_store() if event_store is None else event_store, flush_threshold
+        )
+        self.track_token_usage = track_token_usage
+        self._lock = threading.Lock()
+        self._runs: dict[UUID, RunState] = {}
+        self._latest: RunState | None = None
+        self._next: RunState | None = None
+        self._home_loop: asyncio.AbstractEventLoop | None = None
+        self._progress = (
+            None
+            if progress_reporter is None
+            else ProgressThrottle(
+                progress_reporter, progress_flush_interval, self.get_completion_data
+            )
+        )
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def event_store(self) -> RunEventStore:
+        """The store events are written to."""
+        return self._buffer.store
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the latest run (the fixed one before a run starts)."""
+        latest = self._latest
+        return self._run_id if latest is None else latest.run_id
+
+    @property
+    def thread_id(self) -> str | None:
+        """The thread of the latest run (the fixed one before a run starts)."""
+        latest = self._latest
+        return self._thread_id if latest is None else latest.thread_id
+
+    # -- where writes run ----------------------------------------------------------------------
+
+    def _blocking_loop(self) -> asyncio.AbstractEventLoop:
+        """A loop this thread may block on: the caller's loop in another thread, else ours."""
+        if not self._owns_store:
+            home = self._home_loop
+            if home is not None and home.is_running() and home is not running_loop():
+                return home
+        return background_loop()
+
+    def _write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
+        """The loop background work of a run goes to."""
+        if not self._owns_store and not sync:
+            loop = running_loop()
+            if loop is not None:
+                return loop
+        return self._blocking_loop()
+
+    # -- emitting (call with self._lock held) --------------------------------------------------
+
+    def _emit(self, state: RunState, event: mapping.EventKwargs) -> None:
+        if event["category"] == "message":
+            state.message_count += 1
+        if not state.bound:
+            state.early.append(event)
+            return
+        record = {
+            "thread_id": state.thread_id,
+            "run_id": state.run_id,
+            "user_id": state.user_id,
+            "created_at": datetime.now(UTC),
+            **event,
+        }
+        if self._buffer.add(record):
+            self._buffer.kick(self._write_loop(state.sync))
+
+    def _changed(self, state: RunState) -> None:
+        """Tell the progress reporter the completion data changed (call without the lock)."""
+        if self._progress is not None:
+            self._progress.changed(self._write_loop(state.sync))
+
+    def _recorder_state(self) -> RunState:
+        latest = self._latest
+        if latest is not None and not latest.ended:
+            return latest
+        if self._next is None:
+            self._next = RunState()
+        return self._next
+
+    # -- chains --------------------------------------------------------------------------------
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Start a run at a root chain; remember nested chains as part of their run."""
+        if parent_run_id is None:
+            self._start_run(
+                run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
+            )
+            return
+        with self._lock:
+            state = self._runs.get(parent_run_id)
+            if state is not None:
+                self._runs[run_id] = state
+
+    def _start_run(
+        self,
+        root: UUID,
+        name: str | None,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        sync = dispatched_synchronously()
+        loop = running_loop()
+        with self._lock:
+            state = self._next or RunState()
+            self._next = None
+            state.started_at, state.started = datetime.now(UTC), time.monotonic()
+            state.root, state.sync, state.user_id = root, sync, current_user_id()
+            state.run_id = self._run_id or str(root)
+            found = (metadata or {}).get("thread_id")
+            state.thread_id = self._thread_id or (str(found) if found else state.run_id)
+            self._runs[root] = self._latest = state
+            if not sync and loop is not None:
+                self._home_loop = loop
+            early, state.early = state.early, []
+            self._emit(
+                state, mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
+            )
+            for event in early:
+                self._emit(state, event)
+            self._buffer.put_summary(state.summary())
+
+    def on_chain_end(
+        self,
+        outputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause)."""
+        if parent_run_id is not None:
+            with self._lock:
+                self._runs.pop(run_id, None)
+            return
+        self._end_run(run_id, outputs, None)
+
+    def on_chain_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """End the run at its root chain with ``run.error``; nested errors add nothing."""
+        if parent_run_id is not None:
+            with self._lock:
+                self._runs.pop(run_id, None)
+            return
+        self._end_run(run_id, None, error)
+
+    def _terminal(
+        self, state: RunState, outputs: Any, error: BaseException | None
+    ) -> tuple[RunStatus, mapping.EventKwargs]:
+        if error is None and state.interrupt is None:
+            return "success", mapping.run_end_event(outputs)
+        if error is None or isinstance(error, GraphInterrupt):
+            interrupt = state.interrupt or mapping.interrupt_from_error(error)
+            return "interrupted", mapping.run_interrupt_event(interrupt)
+        status: RunStatus = "cancelled" if isinstance(error, asyncio.CancelledError) else "error"
+        return status, mapping.run_error_event(error)
+
+    def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
+        with self._lock:
+            state = self._runs.pop(root, None)
+            if state is None or state.ended:
+                return
+            status, terminal = self._terminal(state, outputs, error)
+            reason = _UNRESOLVED_REASON[status]
+            for tool_call_id, name in state.outcomes.unresolved():
+                self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
+            self._emit(state, terminal)
+            state.end(status, error if status in ("error", "cancelled") else None)
+            self._buffer.put_summary(state.summary())
+            for key in [key for key, value in self._runs.items() if value is state]:
+                del self._runs[key]
+            if self._owns_store and not self._runs:
+                self._buffer.close_store_when_empty()
+        trailing = (
+            None if self._progress is None else self._progress.finish(self._write_loop(state.sync))
+        )
+        if not state.sync:
+            self._buffer.drain(self._write_loop(False))
+            return
+        self._buffer.flush_blocking(self._blocking_loop)
+        if trailing is not None:
+            trailing.result()
+
+    # -- LangGraph lifecycle -------------------------------------------------------------------
+
+    def on_interrupt(self, event: GraphInterruptEvent) -> None:
+        """Remember the pause; the root chain's end then writes ``run.interrupt``."""
+        with self._lock:
+            state = self._runs.get(event.run_id) if event.run_id is not None else None
+            if state is not None and state.root == event.run_id:
+                state.interrupt = event
+
+    def on_resume(self, event: GraphResumeEvent) -> None:
+        """Write ``run.resume`` when a root invocation resumes from a checkpoint."""
+        with self._lock:
+            state = self._runs.get(event.run_id) if event.run_id is not None else None
+            if state is not None and state.root == event.run_id:
+                self._emit(state, mapping.run_resume_event(event))
+
+    # -- models --------------------------------------------------------------------------------
+
+    def _llm_started(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
+        state = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        if state is not None:
+            state.llm_calls += 1
+            state.llm_starts[run_id] = (time.monotonic(), state.llm_calls)
+        return state
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[BaseMessage]],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Time the call; the run's first lead-agent call records the human input."""
+        with self._lock:
+            state = self._llm_started(run_id, parent_run_id)
+            if state is None or state.human_checked:
+                return
+            if mapping.caller_from_tags(tags) != mapping.LEAD_AGENT:
+                return
+            state.human_checked = True
+            human = mapping.latest_visible_human(messages)
+            if human is None:
+                return
+            if state.first_human_message is None:
+                state.first_human_message = mapping.message_text(human)
+            self._emit(state, mapping.human_input_event(human))
+        self._changed(state)
+
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Time a completion (non-chat) model call."""
+        with self._lock:
+            self._llm_started(run_id, parent_run_id)
+
+    def on_llm_end(
+        self,
+        response: LLMResult,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write one ``llm.ai.response`` per generated message and count its tokens once."""
+        messages = mapping.response_messages(response)
+        caller = mapping.caller_from_tags(tags)
+        with self._lock:
+            state = self._runs.get(parent_run_id) if parent_run_id is not None else None
+            if state is None or not state.usage.claim(str(run_id)):
+                return
+            start = state.llm_starts.pop(run_id, None)
+            if start is None:
+                state.llm_calls += 1
+                start = (None, state.llm_calls)
+            latency = None if start[0] is None else _ms_since(start[0])
+            for message in messages:
+                self._emit(
+                    state,
+                    mapping.ai_response_event(
+                        message, caller=caller, latency_ms=latency, llm_call_index=start[1]
+                    ),
+                )
+                if caller == mapping.LEAD_AGENT:
+                    state.outcomes.requested(message.tool_calls)
+                    state.note_ai_text(mapping.message_text(message))
+            if self.track_token_usage:
+                model = mapping.model_name(messages[0]) if messages else "unknown"
+                state.usage.add_call(
+                    caller, model, [token_counts(m.usage_metadata) for m in messages]
+                )
+        self._changed(state)
+
+    def on_llm_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write ``llm.error``."""
+        with self._lock:
+            state = self._runs.get(parent_run_id) if parent_run_id is not None else None
+            if state is None:
+                return
+            state.llm_starts.pop(run_id, None)
+            self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any],
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Time the tool and remember which tool call it answers."""
+        name = kwargs.get("name") or (serialized or {}).get("name")
+        with self._lock:
+            state = self._runs.get(parent_run_id) if parent_run_id is not None else None
+            if state is None:
+                return
+            self._runs[run_id] = state
+            state.tool_starts[run_id] = ToolStart(
+                time.monotonic(), kwargs.get("tool_call_id"), name
+            )
+
+    def on_tool_end(
+        self,
+        output: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write ``llm.tool.result`` for each message the tool returned."""
+        messages = mapping.tool_result_messages(output)
+        with self._lock:
+            state = self._runs.pop(run_id, None)
+            if state is None:
+                return
+            state.tool_starts.pop(run_id, None)
+            caller = mapping.caller_from_tags(tags)
+            for message in messages:
+                self._emit(state, mapping.tool_result_event(message, caller))
+                state.outcomes.resolve(getattr(message, "tool_call_id", None))
+        if messages:
+            self._changed(state)
+
+    def on_tool_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        tags: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write ``tool.error``, unless the "error" is an interrupt or a cancellation."""
+        with self._lock:
+            state = self._runs.pop(run_id, None)
+            if state is None:
+                return
+            start = state.tool_starts.pop(run_id, None)
+            if mapping.control_flow_reason(error) is not None:
+                return
+            tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
+            event = mapping.tool_error_event(
+                tool_call_id=tool_call_id,
+                name=start.name if start else kwargs.get("name"),
+                error=error,
+                caller=mapping.caller_from_tags(tags),
+                latency_ms=_ms_since(start.started) if start else None,
+            )
+            self._emit(state, event)
+            state.outcomes.resolve(tool_call_id)
+
+    # -- recorders -----------------------------------------------------------------------------
+
+    def record_middleware(
+        self, tag: str, *, name: str, hook: str, action: str, changes: Mapping[str, Any]
+    ) -> None:
+        """Write ``middleware:{tag}`` with content {name, hook, action, changes}.
+
+        Recorders act on the run in progress, else on the next run (right after its
+        ``run.start``). Subclasses add their own tags by calling this method; ``ValueError``
+        for a tag outside 1..21 characters.
+        """
+        event = mapping.middleware_event(tag, name=name, hook=hook, action=action, changes=changes)
+        with self._lock:
+            self._emit(self._recorder_state(), event)
+
+    def record_memory_context(self, *, content_sha256: str) -> bool:
+        """Write the run's one ``context:memory``; False if it already has one."""
+        event = mapping.memory_context_event(content_sha256)
+        with self._lock:
+            state = self._recorder_state()
+            if state.memory_recorded:
+                return False
+            state.memory_recorded = True
+            self._emit(state, event)
+            return True
+
+    def set_first_human_message(self, text: str) -> None:
+        """Set the run's ``first_human_message`` (overrides the one taken from the prompt)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        with self._lock:
+            self._recorder_state().first_human_message = text
+
+    def record_external_llm_usage_records(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Add token usage of model calls made elsewhere; return how many records counted."""
+        if isinstance(records, Mapping):
+            records = [records]
+        if not self.track_token_usage:
+            return 0
+        with self._lock:
+            state = self._recorder_state()
+            counted = state.usage.add_external(records)
+        if counted:
+            self._changed(state)
+        return counted
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get_completion_data(self) -> dict[str, Any]:
+        """Token totals and message facts of the latest run (zeros before any run)."""
+        with self._lock:
+            state = self._latest or self._next or RunState()
+            return state.completion_data()
+
+    def summary(self) -> RunSummary:
+        """Return the latest run's ``RunSummary``; ``RuntimeError`` before any run started."""
+        with self._lock:
+            if self._latest is None:
+                raise RuntimeError("no run has started yet: pass the journal as a callback first")
+            return self._latest.summary()
+
+    # -- flushing and closing ------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write every buffered event and summary; raise if the store fails (they stay)."""
+        await self._buffer.flush(self._write_loop(False))
+
+    async def aclose(self) -> None:
+        """Flush, wait for progress snapshots, and close the store if the journal opened it."""
+        await self.flush()
+        if self._progress is not None:
+            for future in self._progress.pending():
+                await asyncio.wrap_future(future)
+        if self._owns_store:
+            closing = asyncio.run_coroutine_threadsafe(self.event_store.close(), background_loop())
+            await asyncio.wrap_future(closing)
+
+    def close(self) -> None:
+        """Blocking ``aclose()`` for code without an event loop."""
+        self._buffer.flush_blocking(self._blocking_loop)
+        if self._progress is not None and running_loop() is None:
+            for future in self._progress.pending():
+                future.result()
+        if self._owns_store:
+            asyncio.run_coroutine_threadsafe(self.event_store.close(), background_loop()).result()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

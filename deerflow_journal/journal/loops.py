@@ -1,0 +1,57 @@
+"""Event loops the journal runs store coroutines on.
+
+Callbacks are plain functions and may run on an event loop (``ainvoke``), on a thread with no
+loop at all (``invoke``) or on a loop they are blocking (``invoke`` inside Jupyter). Store work
+therefore goes either to the caller's running loop or to one process-wide background loop in a
+daemon thread, which never keeps the interpreter from exiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+
+__all__ = ["background_loop", "dispatched_synchronously", "running_loop"]
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """Return the journal's background loop, started in a daemon thread on first use."""
+    global _loop
+    with _lock:
+        if _loop is None or _loop.is_closed():
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="deerflow-journal-loop", daemon=True
+            )
+            thread.start()
+            _loop = loop
+        return _loop
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """Return the loop running in this thread, or ``None``."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def dispatched_synchronously() -> bool:
+    """Tell whether the current callback came from LangChain's sync callback manager.
+
+    A sync ``invoke`` inside Jupyter runs on a thread whose loop is running but blocked by
+    the call, so "is a loop running" cannot tell ``invoke`` from ``ainvoke``; the dispatcher
+    that called us can.
+    """
+    frame = sys._getframe(1)
+    for _ in range(12):
+        frame = frame.f_back
+        if frame is None:
+            break
+        if frame.f_globals.get("__name__") == "langchain_core.callbacks.manager":
+            return frame.f_code.co_name == "handle_event"
+    return running_loop() is None

@@ -1,0 +1,376 @@
+"""Pure mapping from LangChain and LangGraph callback payloads to catalog events.
+
+Every function takes what a callback received and returns the keyword arguments of one event
+(``event_type``, ``category``, ``content``, ``metadata``) or the values they are built from.
+Nothing here does I/O or keeps state, so each rule is testable on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    BaseMessageChunk,
+    HumanMessage,
+    ToolMessage,
+    convert_to_messages,
+    message_chunk_to_message,
+)
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langgraph.callbacks import GraphInterruptEvent, GraphResumeEvent
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
+from langgraph.types import Command, Interrupt
+from pydantic import BaseModel
+
+from deerflow_journal.catalog import (
+    LLM_AI_RESPONSE_EVENT,
+    LLM_ERROR_EVENT,
+    LLM_HUMAN_INPUT_EVENT,
+    LLM_TOOL_RESULT_EVENT,
+    MEMORY_CONTEXT_EVENT,
+    MIDDLEWARE_EVENT_PATTERN,
+    RUN_END_EVENT,
+    RUN_ERROR_EVENT,
+    RUN_INTERRUPT_EVENT,
+    RUN_RESUME_EVENT,
+    RUN_START_EVENT,
+    TOOL_ERROR_EVENT,
+    TOOL_UNRESOLVED_EVENT,
+    RunEventDefinition,
+)
+
+__all__ = [
+    "LAST_AI_MESSAGE_MAX_CHARS",
+    "LEAD_AGENT",
+    "EventKwargs",
+    "UnresolvedReason",
+    "ai_response_event",
+    "caller_from_tags",
+    "chain_name",
+    "control_flow_reason",
+    "human_input_event",
+    "interrupt_from_error",
+    "latest_visible_human",
+    "llm_error_event",
+    "memory_context_event",
+    "message_text",
+    "middleware_event",
+    "model_name",
+    "response_messages",
+    "run_end_event",
+    "run_error_event",
+    "run_interrupt_event",
+    "run_resume_event",
+    "run_start_event",
+    "tool_error_event",
+    "tool_result_event",
+    "tool_result_messages",
+    "tool_unresolved_event",
+]
+
+LEAD_AGENT = "lead_agent"
+LAST_AI_MESSAGE_MAX_CHARS = 2000
+_CALLER_PREFIXES = ("subagent:", "middleware:")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+UnresolvedReason = Literal["interrupted", "cancelled", "run_failed", "run_ended"]
+
+
+class EventKwargs(TypedDict):
+    """The part of a ``put`` call a mapping decides: what happened, not where it is stored."""
+
+    event_type: str
+    category: str
+    content: Any
+    metadata: dict[str, Any]
+
+
+def _event(definition: RunEventDefinition, content: Any, metadata: dict[str, Any]) -> EventKwargs:
+    return {
+        "event_type": definition.event_type,
+        "category": definition.category,
+        "content": content,
+        "metadata": metadata,
+    }
+
+
+# -- attribution ---------------------------------------------------------------------------
+
+
+def caller_from_tags(tags: Sequence[str] | None) -> str:
+    """Return the first ``lead_agent``, ``subagent:{name}`` or ``middleware:{name}`` tag."""
+    if tags:
+        for tag in tags:
+            if tag == LEAD_AGENT:
+                return tag
+            if tag.startswith(_CALLER_PREFIXES) and not tag.endswith(":"):
+                return tag
+    return LEAD_AGENT
+
+
+def chain_name(serialized: Mapping[str, Any] | None, name: str | None) -> str | None:
+    """Name a chain from ``serialized["name"]``, else the ``name`` keyword LangGraph passes."""
+    if serialized:
+        found = serialized.get("name")
+        if isinstance(found, str) and found:
+            return found
+    return name
+
+
+# -- run lifecycle -------------------------------------------------------------------------
+
+
+def run_start_event(
+    name: str | None, caller: str, metadata: Mapping[str, Any] | None
+) -> EventKwargs:
+    """``run.start`` for a root chain start."""
+    return _event(RUN_START_EVENT, {"chain": name}, {**(metadata or {}), "caller": caller})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def run_end_event(outputs: Any) -> EventKwargs:
+    """``run.end`` carrying the root outputs (messages and other models as their dumps)."""
+    return _event(RUN_END_EVENT, _plain(outputs), {"status": "success"})
+
+
+def run_error_event(error: BaseException) -> EventKwargs:
+    """``run.error`` for a root chain error, cancellation included."""
+    return _event(RUN_ERROR_EVENT, str(error), {"error_type": type(error).__name__})
+
+
+def run_interrupt_event(event: GraphInterruptEvent) -> EventKwargs:
+    """``run.interrupt``: the checkpoint a human-in-the-loop pause can be resumed from."""
+    content = {
+        "checkpoint_id": event.checkpoint_id,
+        "checkpoint_ns": list(event.checkpoint_ns),
+        "interrupts": [{"id": item.id, "value": item.value} for item in event.interrupts],
+    }
+    return _event(RUN_INTERRUPT_EVENT, content, {"status": "interrupted"})
+
+
+def interrupt_from_error(error: GraphInterrupt) -> GraphInterruptEvent:
+    """Describe an interrupt that reached the root as an error (no checkpoint was saved)."""
+    interrupts = error.args[0] if error.args else ()
+    return GraphInterruptEvent(
+        run_id=None,
+        status="pending",
+        checkpoint_id=None,  # type: ignore[arg-type]
+        checkpoint_ns=(),
+        interrupts=tuple(item for item in interrupts if isinstance(item, Interrupt)),
+    )
+
+
+def run_resume_event(event: GraphResumeEvent) -> EventKwargs:
+    """``run.resume``: the checkpoint a resumed invocation continues from."""
+    content = {"checkpoint_id": event.checkpoint_id, "checkpoint_ns": list(event.checkpoint_ns)}
+    return _event(RUN_RESUME_EVENT, content, {})
+
+
+def control_flow_reason(error: BaseException) -> UnresolvedReason | None:
+    """Why an error is control flow rather than a failure (``None`` when it is a failure)."""
+    if isinstance(error, GraphInterrupt):
+        return "interrupted"
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(error, GraphBubbleUp):
+        return "run_ended"
+    return None
+
+
+# -- model calls ---------------------------------------------------------------------------
+
+
+def latest_visible_human(prompts: Sequence[Sequence[BaseMessage]]) -> HumanMessage | None:
+    """Return the prompt's most recent human message that is neither hidden nor a summary."""
+    if not prompts:
+        return None
+    for message in reversed(prompts[0]):
+        if (
+            isinstance(message, HumanMessage)
+            and message.additional_kwargs.get("hide_from_ui") is not True
+            and message.name != "summary"
+        ):
+            return message
+    return None
+
+
+def human_input_event(message: HumanMessage) -> EventKwargs:
+    """``llm.human.input`` for the lead agent's first visible human message."""
+    return _event(LLM_HUMAN_INPUT_EVENT, message.model_dump(), {"caller": LEAD_AGENT})
+
+
+def message_text(message: BaseMessage) -> str:
+    """Return the plain text of a message (text blocks joined)."""
+    return str(message.text)
+
+
+def _completion_usage(llm_output: Mapping[str, Any] | None) -> dict[str, int] | None:
+    usage = (llm_output or {}).get("token_usage")
+    if not isinstance(usage, Mapping):
+        return None
+    input_tokens = int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
+    output_tokens = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
+    total = int(usage.get("total_tokens") or 0) or input_tokens + output_tokens
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "total_tokens": total}
+
+
+def response_messages(response: LLMResult) -> list[AIMessage]:
+    """Return one plain AI message per generation of an LLM result.
+
+    Streamed chunks become ordinary AI messages; a completion model's text becomes an AI
+    message carrying the model name and token usage of the result's ``llm_output``.
+    """
+    messages: list[AIMessage] = []
+    for generations in response.generations:
+        for generation in generations:
+            if isinstance(generation, ChatGeneration):
+                message = generation.message
+                if isinstance(message, BaseMessageChunk):
+                    message = message_chunk_to_message(message)
+                if isinstance(message, AIMessage):
+                    messages.append(message)
+                continue
+            llm_output = response.llm_output or {}
+            name = llm_output.get("model_name") or llm_output.get("model")
+            usage = None if messages else _completion_usage(llm_output)
+            messages.append(
+                AIMessage(
+                    content=generation.text,
+                    response_metadata={"model_name": name} if name else {},
+                    usage_metadata=usage,
+                )
+            )
+    return messages
+
+
+def model_name(message: AIMessage) -> str:
+    """Name the model of a response: ``model_name`` or ``model`` metadata, else ``unknown``."""
+    metadata = message.response_metadata
+    found = metadata.get("model_name") or metadata.get("model")
+    return found if isinstance(found, str) and found else "unknown"
+
+
+def ai_response_event(
+    message: AIMessage, *, caller: str, latency_ms: int | None, llm_call_index: int
+) -> EventKwargs:
+    """``llm.ai.response`` for one generated message."""
+    metadata = {
+        "caller": caller,
+        "usage": dict(message.usage_metadata or {}),
+        "latency_ms": latency_ms,
+        "llm_call_index": llm_call_index,
+    }
+    return _event(LLM_AI_RESPONSE_EVENT, message.model_dump(), metadata)
+
+
+def llm_error_event(error: BaseException, caller: str) -> EventKwargs:
+    """``llm.error`` for a failed model call."""
+    return _event(
+        LLM_ERROR_EVENT, str(error), {"caller": caller, "error_type": type(error).__name__}
+    )
+
+
+# -- tools ---------------------------------------------------------------------------------
+
+
+def _update_messages(update: Any) -> Any:
+    if isinstance(update, Mapping):
+        return update.get("messages")
+    if isinstance(update, list | tuple):
+        found = [value for key, value in update if key == "messages"]
+        return found[-1] if found else None
+    return None
+
+
+def tool_result_messages(output: Any) -> list[BaseMessage]:
+    """Return the messages a tool output carries: a ``ToolMessage`` or a ``Command`` update."""
+    if isinstance(output, ToolMessage):
+        return [output]
+    if not isinstance(output, Command):
+        return []
+    messages = _update_messages(output.update)
+    if messages is None:
+        return []
+    if isinstance(messages, BaseMessage):
+        return [messages]
+    return convert_to_messages(messages)
+
+
+def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:
+    """``llm.tool.result`` for one message a tool returned."""
+    metadata: dict[str, Any] = {"caller": caller}
+    tool_call_id = getattr(message, "tool_call_id", None)
+    if tool_call_id is not None:
+        metadata["tool_call_id"] = tool_call_id
+    return _event(LLM_TOOL_RESULT_EVENT, message.model_dump(), metadata)
+
+
+def tool_error_event(
+    *,
+    tool_call_id: str | None,
+    name: str | None,
+    error: BaseException,
+    caller: str,
+    latency_ms: int | None,
+) -> EventKwargs:
+    """``tool.error`` for a tool that raised."""
+    content = {
+        "tool_call_id": tool_call_id,
+        "name": name,
+        "error_type": type(error).__name__,
+        "error": str(error),
+    }
+    metadata = {"caller": caller, "tool_call_id": tool_call_id, "latency_ms": latency_ms}
+    return _event(TOOL_ERROR_EVENT, content, metadata)
+
+
+def tool_unresolved_event(
+    tool_call_id: str, name: str | None, reason: UnresolvedReason
+) -> EventKwargs:
+    """``tool.unresolved`` for a requested tool call the run ended without."""
+    content = {"tool_call_id": tool_call_id, "name": name, "reason": reason}
+    return _event(TOOL_UNRESOLVED_EVENT, content, {"tool_call_id": tool_call_id})
+
+
+# -- recorders -----------------------------------------------------------------------------
+
+
+def middleware_event(
+    tag: str, *, name: str, hook: str, action: str, changes: Mapping[str, Any]
+) -> EventKwargs:
+    """``middleware:{tag}``; ``ValueError`` for a tag outside the pattern's length limits."""
+    event_type = MIDDLEWARE_EVENT_PATTERN.event_type(tag)
+    if not isinstance(changes, Mapping):
+        raise TypeError(f"changes must be a dict, got {type(changes).__name__}")
+    for field, value in (("name", name), ("hook", hook), ("action", action)):
+        if not isinstance(value, str):
+            raise TypeError(f"{field} must be a string, got {type(value).__name__}")
+    return {
+        "event_type": event_type,
+        "category": MIDDLEWARE_EVENT_PATTERN.category,
+        "content": {"name": name, "hook": hook, "action": action, "changes": dict(changes)},
+        "metadata": {"caller": f"middleware:{tag}"},
+    }
+
+
+def memory_context_event(content_sha256: str) -> EventKwargs:
+    """``context:memory``; ``ValueError`` unless the digest is 64 lowercase hex characters."""
+    if not isinstance(content_sha256, str) or not _SHA256_HEX.fullmatch(content_sha256):
+        raise ValueError(
+            f"content_sha256 must be 64 lowercase hex characters, got {content_sha256!r}"
+        )
+    return _event(MEMORY_CONTEXT_EVENT, {"content_sha256": content_sha256}, {})

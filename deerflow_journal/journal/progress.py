@@ -1,0 +1,110 @@
+"""Throttled progress snapshots: at most one per interval, plus one trailing snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["ProgressReporter", "ProgressThrottle"]
+
+logger = logging.getLogger(__name__)
+
+ProgressReporter = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class ProgressThrottle:
+    """Sends completion-data snapshots to an async reporter without flooding it.
+
+    The first change sends a snapshot at once; changes within ``interval`` seconds of the last
+    send are held back and delivered as one trailing snapshot when the interval ends (or at
+    ``finish()``). Snapshots are built when sent, so a trailing one shows the latest data.
+
+    Args:
+        reporter: Async callable receiving each snapshot.
+        interval: Minimum seconds between two snapshots.
+        snapshot: Builds the snapshot to send.
+    """
+
+    def __init__(
+        self,
+        reporter: ProgressReporter,
+        interval: float,
+        snapshot: Callable[[], dict[str, Any]],
+    ) -> None:
+        self._reporter = reporter
+        self._interval = interval
+        self._snapshot = snapshot
+        self._lock = threading.Lock()
+        self._next_at = float("-inf")
+        self._held = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._sends: set[concurrent.futures.Future[Any]] = set()
+
+    def changed(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Note a change; send now if the interval allows, else hold it for a trailing send."""
+        with self._lock:
+            now = time.monotonic()
+            if not self._held and now >= self._next_at:
+                self._next_at = now + self._interval
+                send = True
+            else:
+                send = False
+                if not self._held:
+                    self._held = True
+                    delay = max(self._next_at - now, 0.0)
+                    loop.call_soon_threadsafe(self._arm, loop, delay)
+        if send:
+            self._send(loop)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        with self._lock:
+            if self._held and self._timer is None:
+                self._timer = loop.call_later(delay, self._trail, loop)
+
+    def _trail(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._timer = None
+            if not self._held:
+                return
+            self._held = False
+            self._next_at = time.monotonic() + self._interval
+        self._send(loop)
+
+    def finish(self, loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[Any] | None:
+        """Send the held trailing snapshot now, if any; return its future."""
+        with self._lock:
+            if not self._held:
+                return None
+            self._held = False  # a timer still armed finds nothing held and does nothing
+        return self._send(loop)
+
+    def _send(self, loop: asyncio.AbstractEventLoop) -> concurrent.futures.Future[Any] | None:
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._report(self._snapshot()), loop)
+        except RuntimeError:
+            logger.warning("progress snapshot skipped: its event loop is closed")
+            return None
+        with self._lock:
+            self._sends.add(future)
+        future.add_done_callback(self._sent)
+        return future
+
+    def _sent(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._sends.discard(future)
+
+    async def _report(self, snapshot: dict[str, Any]) -> None:
+        try:
+            await self._reporter(snapshot)
+        except Exception:
+            logger.exception("progress_reporter failed")
+
+    def pending(self) -> list[concurrent.futures.Future[Any]]:
+        """Return the snapshots still being delivered."""
+        with self._lock:
+            return list(self._sends)

@@ -1,0 +1,110 @@
+"""``RunState``: what the journal knows about one run while its callbacks arrive."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from langgraph.callbacks import GraphInterruptEvent
+
+from deerflow_journal.journal.mapping import (
+    LAST_AI_MESSAGE_MAX_CHARS,
+    EventKwargs,
+)
+from deerflow_journal.journal.outcomes import ToolCallOutcomes
+from deerflow_journal.journal.usage import TokenUsage
+from deerflow_journal.summary import RunStatus, RunSummary
+
+__all__ = ["RunState", "ToolStart"]
+
+
+@dataclass(slots=True)
+class ToolStart:
+    """A running tool: when it started and which call it answers."""
+
+    started: float
+    tool_call_id: str | None
+    name: str | None
+
+
+@dataclass(slots=True)
+class RunState:
+    """Counters, timings and outcomes of one run.
+
+    A run is *bound* once its ids are known (at the root chain start); recorders called
+    before that keep their events in ``early`` until then.
+    """
+
+    thread_id: str | None = None
+    run_id: str | None = None
+    user_id: str | None = None
+    root: UUID | None = None
+    sync: bool = False
+    status: RunStatus = "running"
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    started: float = field(default_factory=time.monotonic)
+    ended_at: datetime | None = None
+    duration_ms: int | None = None
+    error: dict[str, str] | None = None
+    llm_calls: int = 0
+    llm_starts: dict[UUID, tuple[float, int]] = field(default_factory=dict)
+    tool_starts: dict[UUID, ToolStart] = field(default_factory=dict)
+    human_checked: bool = False
+    memory_recorded: bool = False
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)
+    message_count: int = 0
+    last_ai_message: str | None = None
+    first_human_message: str | None = None
+    interrupt: GraphInterruptEvent | None = None
+    early: list[EventKwargs] = field(default_factory=list)
+    workspace_before: Any = None
+
+    @property
+    def bound(self) -> bool:
+        """True once thread and run ids are known."""
+        return self.thread_id is not None and self.run_id is not None
+
+    @property
+    def ended(self) -> bool:
+        """True once the run reached a terminal outcome."""
+        return self.status != "running"
+
+    def note_ai_text(self, text: str) -> None:
+        """Remember a lead-agent response's text as the last AI message (if it has any)."""
+        if text.strip():
+            self.last_ai_message = text[:LAST_AI_MESSAGE_MAX_CHARS]
+
+    def end(self, status: RunStatus, error: BaseException | None = None) -> None:
+        """Record the terminal outcome and its timing."""
+        self.status = status
+        self.ended_at = datetime.now(UTC)
+        self.duration_ms = int((time.monotonic() - self.started) * 1000)
+        if error is not None:
+            self.error = {"type": type(error).__name__, "message": str(error)}
+
+    def completion_data(self) -> dict[str, Any]:
+        """Return exactly the keys of ``RunJournal.get_completion_data()``."""
+        return {
+            **self.usage.completion_data(),
+            "message_count": self.message_count,
+            "last_ai_message": self.last_ai_message,
+            "first_human_message": self.first_human_message,
+        }
+
+    def summary(self) -> RunSummary:
+        """Return the run's ``RunSummary`` as of now."""
+        return RunSummary(
+            thread_id=self.thread_id or "",
+            run_id=self.run_id or "",
+            user_id=self.user_id,
+            status=self.status,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            duration_ms=self.duration_ms,
+            error=self.error,
+            **self.completion_data(),
+        )

@@ -1,0 +1,150 @@
+"""Token accounting for one run: totals, per-caller and per-model buckets, counted once per call.
+
+LangChain's convention is that input tokens include cache reads and creations and output tokens
+include reasoning tokens; those details are reported beside the totals, never added to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["TokenCounts", "TokenUsage", "token_counts"]
+
+# Detail buckets kept per model only when non-zero: (bucket, usage details key, detail name).
+_DETAILS = (
+    ("cache_read_tokens", "input_token_details", "cache_read"),
+    ("cache_creation_tokens", "input_token_details", "cache_creation"),
+    ("reasoning_tokens", "output_token_details", "reasoning"),
+)
+TokenCounts = dict[str, int]
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(int(value), 0)
+
+
+def token_counts(usage: Mapping[str, Any] | None) -> TokenCounts:
+    """Read a LangChain ``usage_metadata`` dict into input/output/total and non-zero details."""
+    if not usage:
+        return {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    input_tokens = _int(usage.get("input_tokens"))
+    output_tokens = _int(usage.get("output_tokens"))
+    counts = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": _int(usage.get("total_tokens")) or input_tokens + output_tokens,
+    }
+    for bucket, section, key in _DETAILS:
+        details = usage.get(section)
+        value = _int(details.get(key)) if isinstance(details, Mapping) else 0
+        if value:
+            counts[bucket] = value
+    return counts
+
+
+class TokenUsage:
+    """Accumulates the token usage of one run.
+
+    ``claim(source_id)`` makes each LangChain run id (or external ``source_run_id``) count
+    once, however often its callback repeats.
+    """
+
+    __slots__ = (
+        "_seen",
+        "by_model",
+        "lead_agent_tokens",
+        "llm_call_count",
+        "middleware_tokens",
+        "subagent_tokens",
+        "total_input_tokens",
+        "total_output_tokens",
+        "total_tokens",
+    )
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self.total_input_tokens = 0
+        self.total_output_tokens = 0
+        self.total_tokens = 0
+        self.llm_call_count = 0
+        self.lead_agent_tokens = 0
+        self.subagent_tokens = 0
+        self.middleware_tokens = 0
+        self.by_model: dict[str, TokenCounts] = {}
+
+    def claim(self, source_id: str) -> bool:
+        """Return True the first time ``source_id`` is seen, False on every repeat."""
+        if source_id in self._seen:
+            return False
+        self._seen.add(source_id)
+        return True
+
+    def add_call(self, caller: str, model: str, counts: Iterable[TokenCounts]) -> None:
+        """Count one model call whose generations used ``counts``."""
+        self.llm_call_count += 1
+        for one in counts:
+            self._add(caller, model, one)
+
+    def _add(self, caller: str, model: str, counts: TokenCounts) -> None:
+        total = counts["total_tokens"]
+        self.total_input_tokens += counts["input_tokens"]
+        self.total_output_tokens += counts["output_tokens"]
+        self.total_tokens += total
+        if caller.startswith("subagent:"):
+            self.subagent_tokens += total
+        elif caller.startswith("middleware:"):
+            self.middleware_tokens += total
+        else:
+            self.lead_agent_tokens += total
+        bucket = self.by_model.get(model)
+        if bucket is None:
+            bucket = self.by_model[model] = {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "total_tokens": 0,
+            }
+        for key, value in counts.items():
+            bucket[key] = bucket.get(key, 0) + value
+
+    def add_external(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Count usage records made elsewhere; return how many were counted.
+
+        A record needs a ``source_run_id`` (each counts once) and some tokens; ``model_name``
+        ``None`` counts as ``unknown`` and ``caller`` defaults to the lead agent.
+        """
+        counted = 0
+        for record in records:
+            source = record.get("source_run_id")
+            if not source:
+                continue
+            counts = token_counts(record)
+            cache_read = _int(record.get("cache_read_tokens"))
+            if cache_read:
+                counts["cache_read_tokens"] = cache_read
+            if not counts["total_tokens"] or not self.claim(str(source)):
+                continue
+            caller = record.get("caller")
+            model = record.get("model_name")
+            self.add_call(
+                caller if isinstance(caller, str) and caller else "lead_agent",
+                model if isinstance(model, str) and model else "unknown",
+                [counts],
+            )
+            counted += 1
+        return counted
+
+    def completion_data(self) -> dict[str, Any]:
+        """Return the token keys of ``get_completion_data()`` (a copy)."""
+        return {
+            "total_input_tokens": self.total_input_tokens,
+            "total_output_tokens": self.total_output_tokens,
+            "total_tokens": self.total_tokens,
+            "llm_call_count": self.llm_call_count,
+            "lead_agent_tokens": self.lead_agent_tokens,
+            "subagent_tokens": self.subagent_tokens,
+            "middleware_tokens": self.middleware_tokens,
+            "token_usage_by_model": {model: dict(c) for model, c in self.by_model.items()},
+        }
