@@ -1,0 +1,481 @@
+"""The journal's callback rules with real models, tools and graphs (SPEC §5.1-§5.3)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.language_models.fake import FakeListLLM
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.types import Command
+
+from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
+from tests.journal.agents import FailingChatModel, agent_graph, ai, scripted
+
+COMPLETION_KEYS = {
+    "total_input_tokens",
+    "total_output_tokens",
+    "total_tokens",
+    "llm_call_count",
+    "lead_agent_tokens",
+    "subagent_tokens",
+    "middleware_tokens",
+    "token_usage_by_model",
+    "message_count",
+    "last_ai_message",
+    "first_human_message",
+}
+
+
+def tool_script() -> tuple[AIMessage, AIMessage]:
+    return (
+        ai("", calls=[("add", {"a": 1, "b": 2}, "c1")], msg_id="m1"),
+        ai("The answer is 3.", msg_id="m2", tokens=(20, 7)),
+    )
+
+
+async def events_of(journal: RunJournal) -> list[RunEvent]:
+    await journal.flush()
+    assert journal.thread_id is not None and journal.run_id is not None
+    return await journal.event_store.list_events(journal.thread_id, journal.run_id)
+
+
+def types(events: list[RunEvent]) -> list[str]:
+    return [e["event_type"] for e in events]
+
+
+def of_type(events: list[RunEvent], event_type: str) -> list[RunEvent]:
+    return [e for e in events if e["event_type"] == event_type]
+
+
+async def journaled(graph: Any, journal: RunJournal, *messages: Any, **config: Any) -> None:
+    inputs = {"messages": list(messages) or [HumanMessage("What is 1 + 2?")]}
+    await graph.ainvoke(inputs, {"callbacks": [journal], **config})
+
+
+# -- model responses -----------------------------------------------------------------------
+
+
+async def test_streamed_graph_messages_match_non_streamed_responses_and_usage():
+    plain = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(scripted(*tool_script())), plain)
+    streamed = RunJournal(event_store=MemoryRunEventStore())
+    inputs = {"messages": [HumanMessage("What is 1 + 2?")]}
+    chunks = [
+        c
+        async for c in agent_graph(scripted(*tool_script())).astream(
+            inputs, {"callbacks": [streamed]}, stream_mode="messages"
+        )
+    ]
+    assert len(chunks) > 4  # the model really streamed token chunks
+    plain_events, streamed_events = await events_of(plain), await events_of(streamed)
+    assert types(plain_events) == types(streamed_events)
+    for a, b in zip(
+        of_type(plain_events, "llm.ai.response"),
+        of_type(streamed_events, "llm.ai.response"),
+        strict=True,
+    ):
+        assert a["content"] == b["content"]
+        assert a["metadata"]["usage"] == b["metadata"]["usage"]
+    token_keys = COMPLETION_KEYS - {"message_count", "last_ai_message", "first_human_message"}
+    assert {k: getattr(plain.summary(), k) for k in token_keys} == {
+        k: getattr(streamed.summary(), k) for k in token_keys
+    }
+
+
+async def test_model_astream_inside_a_chain_matches_ainvoke():
+    async def stream_it(question: str) -> str:
+        model = scripted(ai("streamed words here", msg_id="s1", tokens=(8, 3)))
+        return "".join([str(chunk.content) async for chunk in model.astream(question)])
+
+    async def invoke_it(question: str) -> str:
+        model = scripted(ai("streamed words here", msg_id="s1", tokens=(8, 3)))
+        return str((await model.ainvoke(question)).content)
+
+    results = []
+    for body in (stream_it, invoke_it):
+        journal = RunJournal(event_store=MemoryRunEventStore())
+        await RunnableLambda(body).ainvoke("q", {"callbacks": [journal]})
+        (response,) = of_type(await events_of(journal), "llm.ai.response")
+        results.append((response["content"], response["metadata"]["usage"], journal.summary()))
+    assert results[0][0] == results[1][0] and results[0][0]["content"] == "streamed words here"
+    assert results[0][1] == results[1][1] == {"input_tokens": 8, "output_tokens": 3,
+                                              "total_tokens": 11}  # fmt: skip
+    assert results[0][2].total_tokens == results[1][2].total_tokens == 11
+
+
+async def test_completion_model_response_becomes_an_ai_message():
+    llm = FakeListLLM(responses=["forty-two"])
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await RunnableLambda(lambda q: llm.invoke(q), name="ask").ainvoke("q", {"callbacks": [journal]})
+    events = await events_of(journal)
+    assert types(events) == ["run.start", "llm.ai.response", "run.end"]
+    response = events[1]
+    assert response["content"]["type"] == "ai" and response["content"]["content"] == "forty-two"
+    assert response["metadata"]["llm_call_index"] == 1
+    assert journal.summary().llm_call_count == 1
+    assert journal.summary().last_ai_message == "forty-two"
+
+
+async def test_llm_error_is_journaled():
+    async def call(question: str) -> Any:
+        try:
+            return await FailingChatModel(messages=iter([])).ainvoke(question)
+        except ConnectionError:
+            return "fallback"
+
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await RunnableLambda(call).ainvoke("q", {"callbacks": [journal]})
+    events = await events_of(journal)
+    assert types(events) == ["run.start", "llm.human.input", "llm.error", "run.end"]
+    assert events[2]["content"] == "model endpoint unreachable"
+
+
+async def test_repeated_llm_end_counts_once():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    root, call = uuid.uuid4(), uuid.uuid4()
+    result = LLMResult(generations=[[ChatGeneration(message=ai("hi", tokens=(3, 2)))]])
+    journal.on_chain_start({"name": "root"}, {}, run_id=root)
+    journal.on_chat_model_start({}, [[HumanMessage("q")]], run_id=call, parent_run_id=root)
+    journal.on_llm_end(result, run_id=call, parent_run_id=root)
+    journal.on_llm_end(result, run_id=call, parent_run_id=root)
+    journal.on_chain_end({}, run_id=root)
+    events = await events_of(journal)
+    assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    summary = journal.summary()
+    assert (summary.llm_call_count, summary.total_tokens) == (1, 5)
+
+
+# -- human input ---------------------------------------------------------------------------
+
+
+async def test_hidden_and_summary_human_messages_are_skipped():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(
+        agent_graph(scripted(ai("ok"))),
+        journal,
+        HumanMessage("the real question"),
+        HumanMessage("injected context", additional_kwargs={"hide_from_ui": True}),
+        HumanMessage("summary of earlier turns", name="summary"),
+    )
+    (human,) = of_type(await events_of(journal), "llm.human.input")
+    assert human["content"]["content"] == "the real question"
+    assert journal.summary().first_human_message == "the real question"
+
+
+async def test_only_the_first_lead_agent_call_records_the_human_input():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    events = await events_of(journal)
+    assert len(of_type(events, "llm.human.input")) == 1
+    assert [e["metadata"]["llm_call_index"] for e in of_type(events, "llm.ai.response")] == [1, 2]
+
+
+async def test_set_first_human_message_overrides_the_prompt():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    journal.set_first_human_message("as typed by the user")
+    await journaled(agent_graph(scripted(ai("ok"))), journal)
+    assert journal.summary().first_human_message == "as typed by the user"
+
+
+# -- callers -------------------------------------------------------------------------------
+
+
+async def test_middleware_model_calls_are_attributed_and_bucketed():
+    graph = agent_graph(scripted(ai("summarised", tokens=(4, 4))), tags=["middleware:summarize"])
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(graph, journal)
+    events = await events_of(journal)
+    assert types(events) == ["run.start", "llm.ai.response", "run.end"]
+    assert events[1]["metadata"]["caller"] == "middleware:summarize"
+    summary = journal.summary()
+    assert (summary.middleware_tokens, summary.lead_agent_tokens) == (8, 0)
+    assert summary.last_ai_message is None
+
+
+# -- tools ---------------------------------------------------------------------------------
+
+
+@tool
+def finish_task(result: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+    """Finish the task and update the state."""
+    return Command(update={"messages": [ToolMessage(result, tool_call_id=tool_call_id)]})
+
+
+async def test_command_tool_output_becomes_a_tool_result():
+    model = scripted(ai("", calls=[("finish_task", {"result": "filed"}, "c7")]), ai("Done."))
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(model, [finish_task]), journal)
+    events = await events_of(journal)
+    assert types(events) == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.tool.result",
+        "llm.ai.response",
+        "run.end",
+    ]
+    assert events[3]["content"]["content"] == "filed"
+    assert events[3]["content"]["tool_call_id"] == "c7"
+
+
+# -- chains --------------------------------------------------------------------------------
+
+
+async def test_nested_chain_errors_produce_one_run_error():
+    def inner(_: Any) -> Any:
+        raise KeyError("missing")
+
+    nested = RunnableLambda(lambda x: x) | RunnableLambda(inner)
+    graph = StateGraph(MessagesState)
+    graph.add_node("work", nested)
+    graph.add_edge(START, "work")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(KeyError):
+        await journaled(graph.compile(), journal)
+    events = await events_of(journal)
+    assert types(events) == ["run.start", "run.error"]
+    assert events[1]["content"] == "'missing'"
+    assert events[1]["metadata"]["error_type"] == "KeyError"
+    summary = journal.summary()
+    assert summary.status == "error"
+    assert summary.error == {"type": "KeyError", "message": "'missing'"}
+
+
+# -- recorders -----------------------------------------------------------------------------
+
+
+class LoopDetectionJournal(RunJournal):
+    """A journal that adds its own middleware tag."""
+
+    def record_loop_detection(self, *, repeated_calls: int) -> None:
+        self.record_middleware(
+            "loop_detection",
+            name="LoopDetection",
+            hook="after_model",
+            action="warned",
+            changes={"repeated_calls": repeated_calls},
+        )
+
+
+async def test_subclass_adds_a_custom_middleware_tag():
+    journal = LoopDetectionJournal(event_store=MemoryRunEventStore())
+
+    def detect(state: MessagesState) -> dict[str, Any]:
+        journal.record_loop_detection(repeated_calls=3)
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("detect", detect)
+    graph.add_edge(START, "detect")
+    await journaled(graph.compile(), journal)
+    events = await events_of(journal)
+    assert types(events) == ["run.start", "middleware:loop_detection", "run.end"]
+    assert events[1]["category"] == "middleware"
+    assert events[1]["content"] == {
+        "name": "LoopDetection",
+        "hook": "after_model",
+        "action": "warned",
+        "changes": {"repeated_calls": 3},
+    }
+
+
+def test_record_middleware_rejects_a_tag_over_21_characters():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(ValueError, match="suffix"):
+        journal.record_middleware("t" * 22, name="n", hook="h", action="a", changes={})
+
+
+async def test_memory_context_is_recorded_once_per_run():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    digest = "0f" * 32
+
+    def remember(state: MessagesState) -> dict[str, Any]:
+        assert journal.record_memory_context(content_sha256=digest) is True
+        assert journal.record_memory_context(content_sha256="1e" * 32) is False
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("remember", remember)
+    graph.add_edge(START, "remember")
+    await journaled(graph.compile(), journal)
+    (memory,) = of_type(await events_of(journal), "context:memory")
+    assert memory["category"] == "context"
+    assert memory["content"] == {"content_sha256": digest}
+    with pytest.raises(ValueError):
+        journal.record_memory_context(content_sha256="not-a-digest")
+
+
+async def test_recorders_before_the_run_starts_land_right_after_run_start():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    journal.record_memory_context(content_sha256="ab" * 32)
+    journal.record_middleware("guardrail", name="g", hook="before_agent", action="ok", changes={})
+    await journaled(agent_graph(scripted(ai("ok"))), journal)
+    assert types(await events_of(journal))[:3] == [
+        "run.start",
+        "context:memory",
+        "middleware:guardrail",
+    ]
+
+
+async def test_external_usage_records_join_the_run_totals():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+
+    def delegate(state: MessagesState) -> dict[str, Any]:
+        record = {
+            "source_run_id": "sub-1",
+            "caller": "subagent:web",
+            "model_name": "web-model",
+            "input_tokens": 30,
+            "output_tokens": 10,
+        }
+        assert journal.record_external_llm_usage_records([record, record]) == 1
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("delegate", delegate)
+    graph.add_edge(START, "delegate")
+    await journaled(graph.compile(), journal)
+    summary = journal.summary()
+    assert (summary.subagent_tokens, summary.total_tokens, summary.llm_call_count) == (40, 40, 1)
+    assert summary.token_usage_by_model == {
+        "web-model": {"input_tokens": 30, "output_tokens": 10, "total_tokens": 40}
+    }
+
+
+# -- completion data and summary -----------------------------------------------------------
+
+
+async def test_completion_data_has_exactly_the_listed_keys():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    assert set(journal.get_completion_data()) == COMPLETION_KEYS
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    data = journal.get_completion_data()
+    assert set(data) == COMPLETION_KEYS
+    assert data == {
+        "total_input_tokens": 30,
+        "total_output_tokens": 12,
+        "total_tokens": 42,
+        "llm_call_count": 2,
+        "lead_agent_tokens": 42,
+        "subagent_tokens": 0,
+        "middleware_tokens": 0,
+        "token_usage_by_model": {
+            "fake-model": {"input_tokens": 30, "output_tokens": 12, "total_tokens": 42}
+        },
+        "message_count": 4,
+        "last_ai_message": "The answer is 3.",
+        "first_human_message": "What is 1 + 2?",
+    }
+
+
+async def test_last_ai_message_is_cut_to_2000_characters():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(scripted(ai("x" * 2500))), journal)
+    assert journal.summary().last_ai_message == "x" * 2000
+
+
+async def test_token_usage_tracking_can_be_turned_off():
+    journal = RunJournal(event_store=MemoryRunEventStore(), track_token_usage=False)
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    data = journal.get_completion_data()
+    assert data["total_tokens"] == data["llm_call_count"] == 0
+    assert data["token_usage_by_model"] == {}
+    assert data["message_count"] == 4
+
+
+async def test_summary_before_any_run_is_an_error():
+    with pytest.raises(RuntimeError, match="no run"):
+        RunJournal(event_store=MemoryRunEventStore()).summary()
+
+
+# -- ids -----------------------------------------------------------------------------------
+
+
+async def test_a_journal_without_run_id_starts_a_new_run_per_invocation():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    config: RunnableConfig = {"configurable": {"thread_id": "thread-a"}}
+    await journaled(agent_graph(scripted(ai("first"))), journal, **config)
+    first = journal.summary()
+    await journaled(agent_graph(scripted(ai("second"), ai("more"))), journal, **config)
+    await journal.flush()
+    second = journal.summary()
+    assert first.run_id != second.run_id
+    assert (first.thread_id, second.thread_id) == ("thread-a", "thread-a")
+    assert second.last_ai_message == "second" and second.llm_call_count == 1
+    stored = await store.list_run_summaries("thread-a")
+    assert [(s.run_id, s.status) for s in stored] == [
+        (first.run_id, "success"),
+        (second.run_id, "success"),
+    ]
+
+
+async def test_fixed_ids_are_used_as_given():
+    store = MemoryRunEventStore()
+    journal = RunJournal("run-1", "thread-1", store)
+    await journaled(agent_graph(scripted(ai("ok"))), journal)
+    await journal.flush()
+    assert [e["run_id"] for e in await store.list_events("thread-1", "run-1")] == ["run-1"] * 4
+    summary = await store.get_run_summary("thread-1", "run-1")
+    assert summary is not None and summary.status == "success"
+
+
+async def test_thread_id_falls_back_to_the_run_id():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(scripted(ai("ok"))), journal)
+    assert journal.thread_id == journal.run_id
+
+
+async def test_events_and_summary_are_stamped_with_the_current_user():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    with user_scope("alice"):
+        await journaled(agent_graph(scripted(ai("ok"))), journal)
+    await journal.flush()
+    assert journal.thread_id is not None and journal.run_id is not None
+    events = await store.list_events(journal.thread_id, journal.run_id, user_id="alice")
+    assert len(events) == 4
+    assert await store.list_events(journal.thread_id, journal.run_id, user_id="bob") == []
+    stored = await store.get_run_summary(journal.thread_id, journal.run_id, user_id="alice")
+    assert stored is not None and stored.user_id == "alice"
+
+
+# -- progress ------------------------------------------------------------------------------
+
+
+async def test_progress_snapshots_are_throttled_with_one_trailing_snapshot():
+    snapshots: list[dict[str, Any]] = []
+
+    async def report(snapshot: dict[str, Any]) -> None:
+        snapshots.append(snapshot)
+
+    journal = RunJournal(
+        event_store=MemoryRunEventStore(),
+        progress_reporter=report,
+        progress_flush_interval=3600,
+    )
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    await journal.aclose()
+    assert len(snapshots) == 2
+    assert snapshots[0]["message_count"] == 1  # the human input, sent at once
+    assert snapshots[-1] == journal.get_completion_data()
+
+
+async def test_progress_without_throttling_sends_every_change():
+    snapshots: list[dict[str, Any]] = []
+
+    async def report(snapshot: dict[str, Any]) -> None:
+        snapshots.append(snapshot)
+
+    journal = RunJournal(
+        event_store=MemoryRunEventStore(), progress_reporter=report, progress_flush_interval=0
+    )
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    await journal.aclose()
+    assert [s["message_count"] for s in snapshots] == [1, 2, 3, 4]

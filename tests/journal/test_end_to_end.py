@@ -1,0 +1,341 @@
+"""Whole graphs under ainvoke, invoke and astream: exact event sequences and stored summaries."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.types import Command
+
+from deerflow_journal import MemoryRunEventStore, RunEvent, RunEventStore, RunJournal, RunSummary
+from tests.journal.agents import (
+    add,
+    agent_graph,
+    ai,
+    ask_human,
+    explode,
+    model_node,
+    multiply,
+    scripted,
+)
+
+QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
+AGENT_SEQUENCE = [
+    "run.start",
+    "llm.human.input",
+    "llm.ai.response",
+    "llm.tool.result",
+    "llm.ai.response",
+    "run.end",
+]
+
+
+def tool_agent() -> Any:
+    return agent_graph(
+        scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("It is 3.", tokens=(20, 7)))
+    )
+
+
+async def stored(store: RunEventStore, journal: RunJournal) -> tuple[list[str], RunSummary]:
+    """The run's event types in seq order and its stored summary."""
+    assert journal.thread_id is not None and journal.run_id is not None
+    events = await store.list_events(journal.thread_id, journal.run_id)
+    summary = await store.get_run_summary(journal.thread_id, journal.run_id)
+    assert summary is not None
+    assert summary == journal.summary()
+    return [e["event_type"] for e in events], summary
+
+
+async def run_events(store: RunEventStore, journal: RunJournal) -> list[RunEvent]:
+    assert journal.thread_id is not None and journal.run_id is not None
+    return await store.list_events(journal.thread_id, journal.run_id)
+
+
+def assert_agent_summary(summary: RunSummary) -> None:
+    assert summary.status == "success" and summary.error is None
+    assert (summary.total_input_tokens, summary.total_output_tokens) == (30, 12)
+    assert (summary.total_tokens, summary.lead_agent_tokens, summary.llm_call_count) == (42, 42, 2)
+    assert summary.message_count == 4
+    assert summary.last_ai_message == "It is 3."
+    assert summary.first_human_message == "What is 1 + 2?"
+    assert summary.started_at is not None and summary.ended_at is not None
+    assert summary.duration_ms is not None and summary.duration_ms >= 0
+
+
+# -- one tool-calling agent, three ways to run it -------------------------------------------
+
+
+async def test_agent_under_ainvoke(journal_store):
+    journal = RunJournal(event_store=journal_store)
+    await tool_agent().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == AGENT_SEQUENCE
+    assert_agent_summary(summary)
+
+
+async def test_agent_under_astream(journal_store):
+    journal = RunJournal(event_store=journal_store)
+    updates = [u async for u in tool_agent().astream(QUESTION, {"callbacks": [journal]})]
+    assert len(updates) == 3
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == AGENT_SEQUENCE
+    assert_agent_summary(summary)
+
+
+async def test_agent_under_invoke_is_complete_when_invoke_returns(journal_store):
+    journal = RunJournal(event_store=journal_store)
+    # A plain invoke on a thread with no running loop, as a sync program makes it; no flush.
+    await asyncio.to_thread(tool_agent().invoke, QUESTION, {"callbacks": [journal]})
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == AGENT_SEQUENCE
+    assert_agent_summary(summary)
+
+
+def test_agent_under_invoke_in_a_program_without_any_event_loop():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    tool_agent().invoke(QUESTION, {"callbacks": [journal]})
+    sequence, summary = asyncio.run(stored(store, journal))
+    assert sequence == AGENT_SEQUENCE
+    assert_agent_summary(summary)
+
+
+# -- parallel tools ------------------------------------------------------------------------
+
+
+def parallel_agent() -> Any:
+    calls = [("add", {"a": 2, "b": 3}, "p1"), ("multiply", {"a": 2, "b": 3}, "p2")]
+    return agent_graph(scripted(ai("", calls=calls), ai("5 and 6")), [add, multiply])
+
+
+PARALLEL_SEQUENCE = [
+    "run.start",
+    "llm.human.input",
+    "llm.ai.response",
+    "llm.tool.result",
+    "llm.tool.result",
+    "llm.ai.response",
+    "run.end",
+]
+
+
+async def test_parallel_tool_calls_under_ainvoke(journal_store):
+    journal = RunJournal(event_store=journal_store)
+    await parallel_agent().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == PARALLEL_SEQUENCE
+    results = [e for e in await run_events(journal_store, journal) if e["category"] == "message"]
+    assert {e["content"]["tool_call_id"] for e in results[2:4]} == {"p1", "p2"}
+    assert summary.status == "success" and summary.message_count == 5
+
+
+async def test_parallel_tool_calls_under_invoke_on_worker_threads(journal_store):
+    journal = RunJournal(event_store=journal_store)
+    await asyncio.to_thread(parallel_agent().invoke, QUESTION, {"callbacks": [journal]})
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == PARALLEL_SEQUENCE
+    assert summary.status == "success" and summary.llm_call_count == 2
+
+
+# -- failing tools -------------------------------------------------------------------------
+
+
+def exploding_agent(handled: bool) -> Any:
+    model = scripted(ai("", calls=[("explode", {"reason": "disk full"}, "e1")]), ai("Sorry."))
+    return agent_graph(model, [explode], handle_tool_errors=handled)
+
+
+async def test_a_handled_tool_error_is_its_calls_outcome(journal_store):
+    journal = RunJournal(event_store=journal_store)
+    await exploding_agent(handled=True).ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "tool.error",
+        "llm.ai.response",
+        "run.end",
+    ]
+    error = (await run_events(journal_store, journal))[3]
+    assert error["content"] == {
+        "tool_call_id": "e1",
+        "name": "explode",
+        "error_type": "RuntimeError",
+        "error": "tool exploded: disk full",
+    }
+    assert error["metadata"]["caller"] == "lead_agent"
+    assert summary.status == "success"
+
+
+async def test_an_unhandled_tool_error_fails_the_run(journal_store):
+    journal = RunJournal(event_store=journal_store)
+    with pytest.raises(RuntimeError, match="disk full"):
+        await exploding_agent(handled=False).ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "tool.error",
+        "run.error",
+    ]
+    assert summary.status == "error"
+    assert summary.error == {"type": "RuntimeError", "message": "tool exploded: disk full"}
+
+
+async def test_a_failed_run_leaves_unanswered_calls_unresolved(journal_store):
+    calls = [("explode", {"reason": "x"}, "f1"), ("never_runs", {}, "f2")]
+    graph = agent_graph(scripted(ai("", calls=calls)), [explode], handle_tool_errors=False)
+    journal = RunJournal(event_store=journal_store)
+    with pytest.raises(RuntimeError):
+        await graph.ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    events = await run_events(journal_store, journal)
+    (unresolved,) = [e for e in events if e["event_type"] == "tool.unresolved"]
+    assert unresolved["content"] == {
+        "tool_call_id": "f2",
+        "name": "never_runs",
+        "reason": "run_failed",
+    }
+    assert [e["event_type"] for e in events][-2:] == ["tool.unresolved", "run.error"]
+
+
+# -- subagents -----------------------------------------------------------------------------
+
+
+async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(journal_store):
+    research = agent_graph(
+        scripted(
+            ai("", calls=[("add", {"a": 4, "b": 4}, "s1")], tokens=(7, 3)), ai("8", tokens=(9, 1))
+        )
+    ).with_config(tags=["subagent:research"])
+    graph = StateGraph(MessagesState)
+    graph.add_node("research", research)
+    graph.add_node("lead", model_node(scripted(ai("Research says 8.", tokens=(11, 4)))))
+    graph.add_edge(START, "research")
+    graph.add_edge("research", "lead")
+    journal = RunJournal(event_store=journal_store)
+    await graph.compile().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == [
+        "run.start",
+        "llm.ai.response",
+        "llm.tool.result",
+        "llm.ai.response",
+        "llm.human.input",
+        "llm.ai.response",
+        "run.end",
+    ]
+    callers = [e["metadata"].get("caller") for e in await run_events(journal_store, journal)]
+    assert callers[1:4] == ["subagent:research"] * 3
+    assert callers[5] == "lead_agent"
+    assert (summary.subagent_tokens, summary.lead_agent_tokens, summary.total_tokens) == (
+        20,
+        15,
+        35,
+    )
+    assert summary.last_ai_message == "Research says 8."
+
+
+# -- human in the loop ---------------------------------------------------------------------
+
+
+async def test_interrupt_then_resume_with_a_checkpointer(journal_store):
+    model = scripted(ai("", calls=[("ask_human", {"question": "Proceed?"}, "h1")]), ai("Done."))
+    graph = agent_graph(model, [ask_human], checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=journal_store)
+    config: dict[str, Any] = {"callbacks": [journal], "configurable": {"thread_id": "hitl"}}
+
+    paused = await graph.ainvoke(QUESTION, config)
+    assert "__interrupt__" in paused
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "tool.unresolved",
+        "run.interrupt",
+    ]
+    assert summary.status == "interrupted"
+    first = await run_events(journal_store, journal)
+    assert first[3]["content"] == {
+        "tool_call_id": "h1",
+        "name": "ask_human",
+        "reason": "interrupted",
+    }
+    interrupt = first[4]["content"]
+    state = await graph.aget_state({"configurable": {"thread_id": "hitl"}})
+    assert interrupt["checkpoint_id"] == state.config["configurable"]["checkpoint_id"]
+    assert interrupt["checkpoint_ns"] == []
+    assert [i["value"] for i in interrupt["interrupts"]] == ["Proceed?"]
+    paused_run = journal.run_id
+
+    await graph.ainvoke(Command(resume="yes"), config)
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert journal.run_id != paused_run and journal.thread_id == "hitl"
+    assert sequence == [
+        "run.start",
+        "run.resume",
+        "llm.tool.result",
+        "llm.human.input",
+        "llm.ai.response",
+        "run.end",
+    ]
+    resumed = await run_events(journal_store, journal)
+    assert resumed[1]["content"]["checkpoint_id"] == interrupt["checkpoint_id"]
+    assert resumed[2]["content"]["tool_call_id"] == "h1"
+    assert summary.status == "success"
+    statuses = [s.status for s in await journal_store.list_run_summaries("hitl")]
+    assert statuses == ["interrupted", "success"]
+
+
+# -- cancellation --------------------------------------------------------------------------
+
+
+async def test_a_cancelled_run_ends_cancelled(journal_store):
+    started = asyncio.Event()
+
+    @tool
+    async def wait_forever(topic: str) -> str:
+        """Wait for something that never comes."""
+        started.set()
+        await asyncio.Event().wait()
+        return topic
+
+    model = scripted(ai("", calls=[("wait_forever", {"topic": "x"}, "w1")]))
+    journal = RunJournal(event_store=journal_store)
+    task = asyncio.create_task(
+        agent_graph(model, [wait_forever]).ainvoke(QUESTION, {"callbacks": [journal]})
+    )
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await journal.flush()
+    sequence, summary = await stored(journal_store, journal)
+    assert sequence == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "tool.unresolved",
+        "run.error",
+    ]
+    events = await run_events(journal_store, journal)
+    assert events[3]["content"]["reason"] == "cancelled"
+    assert events[4]["metadata"] == {"error_type": "CancelledError"}
+    assert summary.status == "cancelled"
+    assert summary.error is not None and summary.error["type"] == "CancelledError"

@@ -1,0 +1,288 @@
+"""Flushing and durability (SPEC §5.6): buffering, one write at a time, faults, threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal
+from deerflow_journal.records import PendingEvent
+from tests.journal.agents import agent_graph, ai, scripted
+
+QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
+
+
+class FlakyStore(MemoryRunEventStore):
+    """A memory store whose every ``every``-th batch fails before writing anything."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__()
+        self.every = every
+        self.batches = 0
+        self.failures = 0
+
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        self.batches += 1
+        if self.every and self.batches % self.every == 0:
+            self.failures += 1
+            raise ConnectionError(f"injected failure of batch {self.batches}")
+        return await super()._append(events)
+
+
+class GatedStore(MemoryRunEventStore):
+    """A memory store whose writes wait for a gate, counting how many overlap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.active = 0
+        self.max_active = 0
+
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self.gate.wait()
+            return await super()._append(events)
+        finally:
+            self.active -= 1
+
+
+def long_script(steps: int) -> list[AIMessage]:
+    """``steps`` tool-calling responses, each uniquely named, then a final answer."""
+    calls = [ai(f"step {i}", calls=[("add", {"a": i, "b": 1}, f"c{i}")]) for i in range(steps)]
+    return [*calls, ai("all done")]
+
+
+def expected_long_run(steps: int) -> list[tuple[str, str]]:
+    middle = [
+        pair
+        for i in range(steps)
+        for pair in (("llm.ai.response", f"step {i}"), ("llm.tool.result", f"c{i}"))
+    ]
+    return [
+        ("run.start", ""),
+        ("llm.human.input", "What is 1 + 2?"),
+        *middle,
+        ("llm.ai.response", "all done"),
+        ("run.end", ""),
+    ]
+
+
+def fingerprint(events: list[RunEvent]) -> list[tuple[str, str]]:
+    """(type, identity) per event: the text of AI/human messages, the call id of tool results."""
+    out = []
+    for e in events:
+        content = e["content"]
+        if e["event_type"] == "llm.tool.result":
+            out.append((e["event_type"], content["tool_call_id"]))
+        elif e["category"] == "message":
+            out.append((e["event_type"], content["content"]))
+        else:
+            out.append((e["event_type"], ""))
+    return out
+
+
+async def run_events(journal: RunJournal) -> list[RunEvent]:
+    assert journal.thread_id is not None and journal.run_id is not None
+    return await journal.event_store.list_events(journal.thread_id, journal.run_id, limit=10_000)
+
+
+def tool_result(journal: RunJournal, root: uuid.UUID, index: int) -> None:
+    """Drive one tool call of the run ``root`` through the callbacks."""
+    call = uuid.uuid4()
+    journal.on_tool_start({"name": "t"}, "", run_id=call, parent_run_id=root)
+    journal.on_tool_end(
+        ToolMessage(str(index), tool_call_id=f"d{index}"), run_id=call, parent_run_id=root
+    )
+
+
+def direct_run(journal: RunJournal, events: int) -> uuid.UUID:
+    """Start a run by calling the callbacks directly: ``run.start`` and tool results."""
+    root = uuid.uuid4()
+    journal.on_chain_start(None, {}, run_id=root, name="direct")
+    for index in range(events - 1):
+        tool_result(journal, root, index)
+    return root
+
+
+async def settle(rounds: int = 50) -> None:
+    """Let the loop run background work (a bounded number of turns, no wall clock)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+# -- buffering -----------------------------------------------------------------------------
+
+
+async def test_callbacks_buffer_events_until_the_threshold():
+    journal = RunJournal(event_store=MemoryRunEventStore(), flush_threshold=5)
+    root = direct_run(journal, 4)
+    await settle()
+    assert await run_events(journal) == []
+    tool_result(journal, root, 4)
+    assert await run_events(journal) == []  # the callback returned before any write ran
+    await settle()
+    assert len(await run_events(journal)) == 5
+
+
+async def test_a_terminal_outcome_writes_everything_in_the_background():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    await settle()
+    assert [e["event_type"] for e in await run_events(journal)][-1] == "run.end"
+    assert journal.thread_id is not None and journal.run_id is not None
+    assert await store.get_run_summary(journal.thread_id, journal.run_id) == journal.summary()
+
+
+async def test_only_one_background_write_runs_at_a_time():
+    store = GatedStore()
+    journal = RunJournal(event_store=store, flush_threshold=2)
+    root = direct_run(journal, 12)
+    await settle()
+    assert store.active == 1
+    journal.on_chain_end({}, run_id=root)
+    await settle()
+    assert store.max_active == 1
+    store.gate.set()
+    await journal.flush()
+    events = await run_events(journal)
+    assert [e["event_type"] for e in events] == ["run.start", *["llm.tool.result"] * 11, "run.end"]
+    assert [e["content"]["content"] for e in events[1:-1]] == [str(i) for i in range(11)]
+    assert store.max_active == 1
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+async def test_failed_writes_lose_nothing_duplicate_nothing_and_keep_order():
+    store = FlakyStore(every=3)
+    journal = RunJournal(event_store=store, flush_threshold=3)
+    steps = 25
+    graph = agent_graph(scripted(*long_script(steps)))
+    await graph.ainvoke(QUESTION, {"callbacks": [journal], "recursion_limit": 100})
+    for _ in range(10):
+        try:
+            await journal.flush()
+            break
+        except ConnectionError:
+            continue
+    assert store.failures >= 3
+    assert fingerprint(await run_events(journal)) == expected_long_run(steps)
+    assert journal.thread_id is not None and journal.run_id is not None
+    summary = await store.get_run_summary(journal.thread_id, journal.run_id)
+    assert summary is not None and summary.status == "success"
+    assert summary.llm_call_count == steps + 1
+
+
+async def test_flush_raises_when_the_store_fails_and_keeps_the_events():
+    store = FlakyStore(every=1)
+    journal = RunJournal(event_store=store)
+    await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    with pytest.raises(ConnectionError):
+        await journal.flush()
+    with pytest.raises(ConnectionError):
+        await journal.flush()
+    store.every = 0
+    await journal.flush()
+    assert [e["event_type"] for e in await run_events(journal)] == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "run.end",
+    ]
+
+
+def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
+    store = FlakyStore(every=1)
+    journal = RunJournal(event_store=store)
+    journal.raise_error = False  # the default; the test suite turns it on for the class
+    result = agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
+    assert result["messages"][-1].content == "ok"
+    assert asyncio.run(run_events(journal)) == []
+    store.every = 0
+    journal.close()
+    assert len(asyncio.run(run_events(journal))) == 4
+
+
+def test_a_journal_bug_never_breaks_the_graph_by_default():
+    class BrokenJournal(RunJournal):
+        def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
+            raise AssertionError("journal bug")
+
+    journal = BrokenJournal(event_store=MemoryRunEventStore())
+    journal.raise_error = False
+    result = agent_graph(scripted(ai("fine"))).invoke(QUESTION, {"callbacks": [journal]})
+    assert result["messages"][-1].content == "fine"
+    assert journal.summary().status == "success"
+
+
+# -- threads and loops ---------------------------------------------------------------------
+
+
+def test_callbacks_from_eight_threads_at_once_lose_nothing():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store, flush_threshold=7)
+    root = uuid.uuid4()
+    journal.on_chain_start(None, {}, run_id=root, name="parallel")
+    barrier = threading.Barrier(8)
+    per_thread = 150
+
+    def work(thread: int) -> None:
+        barrier.wait()
+        for i in range(per_thread):
+            call, call_id = uuid.uuid4(), f"t{thread}-{i}"
+            journal.on_tool_start({"name": "w"}, "", run_id=call, parent_run_id=root)
+            journal.on_tool_end(
+                ToolMessage(str(i), tool_call_id=call_id), run_id=call, parent_run_id=root
+            )
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    journal.on_chain_end({}, run_id=root)
+    events = asyncio.run(run_events(journal))
+    ids = [e["content"]["tool_call_id"] for e in events if e["event_type"] == "llm.tool.result"]
+    assert len(ids) == len(set(ids)) == 8 * per_thread
+    for thread in range(8):
+        mine = [int(i.split("-")[1]) for i in ids if i.startswith(f"t{thread}-")]
+        assert mine == list(range(per_thread))
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert (events[0]["event_type"], events[-1]["event_type"]) == ("run.start", "run.end")
+
+
+async def test_invoke_blocking_a_running_loop_is_complete_when_it_returns():
+    """Inside Jupyter a cell's plain ``invoke`` runs on the thread of the running loop."""
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
+    assert journal.thread_id is not None and journal.run_id is not None
+    assert len(await store.list_events(journal.thread_id, journal.run_id)) == 4
+    assert (await store.get_run_summary(journal.thread_id, journal.run_id)) == journal.summary()
+
+
+# -- owned stores --------------------------------------------------------------------------
+
+
+def test_the_default_store_is_opened_and_closed_by_the_journal(monkeypatch):
+    monkeypatch.setenv("DEERFLOW_JOURNAL_URL", "memory://")
+    journal = RunJournal()
+    assert isinstance(journal.event_store, MemoryRunEventStore)
+    agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
+    journal.close()
+    assert len(asyncio.run(run_events(journal))) == 4
+
+
+async def test_the_journal_is_an_async_context_manager(monkeypatch):
+    monkeypatch.setenv("DEERFLOW_JOURNAL_URL", "memory://")
+    async with RunJournal() as journal:
+        await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    assert len(await run_events(journal)) == 4

@@ -1,0 +1,88 @@
+"""Token accounting (SPEC §5.2) on its own: buckets, details, dedup and external records."""
+
+from __future__ import annotations
+
+from deerflow_journal.journal.usage import TokenUsage, token_counts
+from tests.journal.agents import usage
+
+
+def test_total_is_computed_from_input_and_output_when_missing_or_zero():
+    assert token_counts({"input_tokens": 3, "output_tokens": 4})["total_tokens"] == 7
+    assert token_counts({"input_tokens": 3, "output_tokens": 4, "total_tokens": 0}) == {
+        "input_tokens": 3,
+        "output_tokens": 4,
+        "total_tokens": 7,
+    }
+    assert token_counts(None) == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+
+
+def test_details_are_reported_beside_the_totals_never_added():
+    counts = token_counts(usage(100, 50, cache_read=60, cache_creation=10, reasoning=20))
+    assert counts == {
+        "input_tokens": 100,
+        "output_tokens": 50,
+        "total_tokens": 150,
+        "cache_read_tokens": 60,
+        "cache_creation_tokens": 10,
+        "reasoning_tokens": 20,
+    }
+
+
+def test_buckets_by_caller():
+    tokens = TokenUsage()
+    tokens.add_call("lead_agent", "m", [token_counts(usage(1, 1))])
+    tokens.add_call("subagent:research", "m", [token_counts(usage(2, 2))])
+    tokens.add_call("middleware:guardrail", "m", [token_counts(usage(3, 3))])
+    data = tokens.completion_data()
+    assert (data["lead_agent_tokens"], data["subagent_tokens"], data["middleware_tokens"]) == (
+        2,
+        4,
+        6,
+    )
+    assert data["total_tokens"] == 12 and data["llm_call_count"] == 3
+
+
+def test_by_model_keeps_detail_buckets_only_when_non_zero():
+    tokens = TokenUsage()
+    tokens.add_call("lead_agent", "a", [token_counts(usage(10, 5, cache_read=4))])
+    tokens.add_call("lead_agent", "a", [token_counts(usage(10, 5))])
+    tokens.add_call("lead_agent", "b", [token_counts(usage(1, 1))])
+    assert tokens.completion_data()["token_usage_by_model"] == {
+        "a": {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30, "cache_read_tokens": 4},
+        "b": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+    }
+
+
+def test_each_source_counts_once():
+    tokens = TokenUsage()
+    assert tokens.claim("run-1") is True
+    assert tokens.claim("run-1") is False
+
+
+def test_external_records_count_once_and_skip_records_without_id_or_tokens():
+    tokens = TokenUsage()
+    records = [
+        {"source_run_id": "x1", "caller": "subagent:web", "model_name": "m", "input_tokens": 5,
+         "output_tokens": 5, "total_tokens": 0, "cache_read_tokens": 2},
+        {"source_run_id": "x1", "caller": "subagent:web", "model_name": "m", "input_tokens": 5,
+         "output_tokens": 5},
+        {"caller": "lead_agent", "model_name": "m", "input_tokens": 1, "output_tokens": 1},
+        {"source_run_id": "x2", "caller": "lead_agent", "model_name": None, "input_tokens": 0},
+        {"source_run_id": "x3", "caller": "lead_agent", "model_name": None, "input_tokens": 2,
+         "output_tokens": 1},
+    ]  # fmt: skip
+    assert tokens.add_external(records) == 2
+    data = tokens.completion_data()
+    assert data["total_tokens"] == 13 and data["subagent_tokens"] == 10
+    assert data["lead_agent_tokens"] == 3 and data["llm_call_count"] == 2
+    assert data["token_usage_by_model"] == {
+        "m": {"input_tokens": 5, "output_tokens": 5, "total_tokens": 10, "cache_read_tokens": 2},
+        "unknown": {"input_tokens": 2, "output_tokens": 1, "total_tokens": 3},
+    }
+
+
+def test_completion_data_is_a_copy():
+    tokens = TokenUsage()
+    tokens.add_call("lead_agent", "a", [token_counts(usage(1, 1))])
+    tokens.completion_data()["token_usage_by_model"]["a"]["input_tokens"] = 99
+    assert tokens.completion_data()["token_usage_by_model"]["a"]["input_tokens"] == 1
