@@ -51,6 +51,16 @@ from deerflow_journal.stores import (
     open_store,
 )
 from deerflow_journal.stores.memory import MemoryRunEventStore
+from deerflow_journal.subagent import (
+    SUBAGENT_END_STATUSES,
+    SUBAGENT_EVENT_CATEGORY,
+    SUBAGENT_STEP_MAX_CHARS,
+    build_subagent_step,
+    capture_new_step_messages,
+    capture_step_message,
+    subagent_run_event,
+    truncate_step_text,
+)
 from deerflow_journal.summary import RunSummary
 
 __all__ = [
@@ -80,9 +90,12 @@ __all__ = [
     "RUN_RESUME_EVENT",
     "RUN_START_EVENT",
     "SUBAGENT_END_EVENT",
+    "SUBAGENT_END_STATUSES",
+    "SUBAGENT_EVENT_CATEGORY",
     "SUBAGENT_RUN_EVENT_DEFINITIONS",
     "SUBAGENT_START_EVENT",
     "SUBAGENT_STEP_EVENT",
+    "SUBAGENT_STEP_MAX_CHARS",
     "TOOL_ERROR_EVENT",
     "TOOL_UNRESOLVED_EVENT",
     "WORKSPACE_CHANGES_EVENT",
@@ -93,12 +106,17 @@ __all__ = [
     "RunEventPattern",
     "RunEventStore",
     "RunSummary",
+    "build_subagent_step",
+    "capture_new_step_messages",
+    "capture_step_message",
     "current_user_id",
     "default_store_url",
     "load_contract",
     "normalise_batch",
     "normalise_event",
     "open_store",
+    "subagent_run_event",
+    "truncate_step_text",
     "user_scope",
     "validate_event",
 ]
