@@ -35,6 +35,11 @@ from deerflow_journal.catalog import (
     RunEventDefinition,
     RunEventPattern,
 )
+from deerflow_journal.consumers import (
+    latest_workspace_changes,
+    memory_context_digests,
+    visible_messages,
+)
 from deerflow_journal.contract import load_contract, validate_event
 from deerflow_journal.records import (
     AUTO,
@@ -130,7 +135,9 @@ __all__ = [
     "current_user_id",
     "default_store_url",
     "diff_workspace",
+    "latest_workspace_changes",
     "load_contract",
+    "memory_context_digests",
     "normalise_batch",
     "normalise_event",
     "open_store",
@@ -140,5 +147,6 @@ __all__ = [
     "truncate_step_text",
     "user_scope",
     "validate_event",
+    "visible_messages",
     "workspace_changes_event",
 ]
