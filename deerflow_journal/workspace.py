@@ -30,7 +30,7 @@ from deerflow_journal.workspace_scan import (
     WorkspaceRoot,
     WorkspaceSnapshot,
     file_digest,
-    read_head,
+    read_small,
     scan_workspace,
 )
 
@@ -41,6 +41,7 @@ __all__ = [
     "WorkspaceRoot",
     "WorkspaceSnapshot",
     "capture_workspace_snapshot",
+    "compare_workspace_snapshots",
     "diff_workspace",
     "record_workspace_changes",
     "scan_workspace",
@@ -76,15 +77,16 @@ class _Content:
 def _read_after(path: Path, state: FileState, limits: WorkspaceChangeLimits) -> _Content:
     """Read a changed file: whole when small enough to diff, else only streamed for a digest."""
     try:
+        data = None
         if state.size <= limits.max_file_bytes_for_diff:
-            data = read_head(path, limits.max_file_bytes_for_diff)
-            if len(data) <= limits.max_file_bytes_for_diff:
-                sha = hashlib.sha256(data).hexdigest()
-                return _Content(None if is_binary(data) else data, sha, is_binary(data))
-        sha, head = file_digest(path)
+            data = read_small(path, state.size, limits.max_file_bytes_for_diff)
+        if data is None:
+            sha, head = file_digest(path)
+            return _Content(None, sha, is_binary(head))
     except OSError:
         return _Content(unreadable=True)
-    return _Content(None, sha, is_binary(head))
+    binary = is_binary(data)
+    return _Content(None if binary else data, hashlib.sha256(data).hexdigest(), binary)
 
 
 def _before_content(state: FileState) -> _Content:
@@ -218,13 +220,13 @@ def _change(
     if old is not None and new is not None and (old.is_symlink or new.is_symlink):
         unchanged = old.symlink_target == new.symlink_target
         return None if unchanged else _Change(root, relative, old, new, _Content(), _Content())
-    old_content = _Content() if old is None else _before_content(old)
     if old is not None and new is not None and old.same_stat(new):
         # Equal lstat facts prove nothing for a file written within a clock tick of the
         # snapshot; re-check those by content when the snapshot read it.
         racy = old.mtime_ns >= before.started_ns - RACY_WINDOW_NS
-        if not (racy and old_content.sha256):
+        if not (racy and old.was_read):
             return None
+    old_content = _Content() if old is None else _before_content(old)
     if new is None or new.sensitive or new.is_symlink:
         return _Change(root, relative, old, new, old_content, _Content())
     new_content = _read_after(root.host_path / relative, new, limits)
@@ -268,23 +270,23 @@ def _summary_line(summary: dict[str, Any]) -> str:
     return f"{count} {files} changed +{summary['additions']} -{summary['deletions']}"
 
 
-def diff_workspace(
+def compare_workspace_snapshots(
     before: WorkspaceSnapshot,
-    roots: Iterable[WorkspaceRoot],
+    after: WorkspaceSnapshot,
     *,
     limits: WorkspaceChangeLimits | None = None,
 ) -> dict[str, Any] | None:
-    """Compare ``before`` with the files now under ``roots`` (blocking).
+    """Build the ``workspace_changes`` event between two snapshots (blocking).
 
+    Reads only files whose ``lstat`` facts differ (and racy ones, see the module docstring).
     Returns ``put`` kwargs without thread and run ids (``event_type``, ``category``,
-    ``content``, ``metadata``) for one ``workspace_changes`` event, or ``None`` when nothing
-    changed. Roots absent from ``before`` are not compared. ``limits`` defaults to the
-    snapshot's.
+    ``content``, ``metadata``), or ``None`` when nothing changed. Roots absent from
+    ``before`` are not compared. ``limits`` defaults to the before snapshot's.
     """
-    if not isinstance(before, WorkspaceSnapshot):
-        raise TypeError(f"before must be a WorkspaceSnapshot, got {type(before).__name__}")
+    for snapshot in (before, after):
+        if not isinstance(snapshot, WorkspaceSnapshot):
+            raise TypeError(f"snapshots must be WorkspaceSnapshot, got {type(snapshot).__name__}")
     limits = limits or before.limits
-    after = scan_workspace(roots, limits=limits, keep_content=False)
     changes = _compare(before, after, limits)
     if not changes:
         return None
@@ -295,6 +297,23 @@ def diff_workspace(
         "content": _summary_line(payload["summary"]),
         "metadata": {"workspace_changes": payload},
     }
+
+
+def diff_workspace(
+    before: WorkspaceSnapshot,
+    roots: Iterable[WorkspaceRoot],
+    *,
+    limits: WorkspaceChangeLimits | None = None,
+) -> dict[str, Any] | None:
+    """Compare ``before`` with the files now under ``roots`` (blocking; stat-only rescan).
+
+    Returns what ``compare_workspace_snapshots`` returns.
+    """
+    if not isinstance(before, WorkspaceSnapshot):
+        raise TypeError(f"before must be a WorkspaceSnapshot, got {type(before).__name__}")
+    limits = limits or before.limits
+    after = scan_workspace(roots, limits=limits, keep_content=False)
+    return compare_workspace_snapshots(before, after, limits=limits)
 
 
 async def capture_workspace_snapshot(

@@ -16,7 +16,7 @@ import os
 import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from deerflow_journal.workspace_diff import is_binary
@@ -29,7 +29,7 @@ __all__ = [
     "WorkspaceSnapshot",
     "file_digest",
     "is_sensitive_path",
-    "read_head",
+    "read_small",
     "scan_workspace",
 ]
 
@@ -130,6 +130,11 @@ class FileState:
         """Whether this entry is a symlink (never followed)."""
         return self.symlink_target is not None
 
+    @property
+    def was_read(self) -> bool:
+        """Whether the snapshot read the content (it kept the bytes or the digest)."""
+        return self.data is not None or self.sha256 is not None
+
     def digest(self) -> str | None:
         """The SHA-256 of the content if the snapshot read it (hashed on demand, not at scan)."""
         if self.data is not None:
@@ -175,14 +180,25 @@ def is_sensitive_path(parts: Iterable[str]) -> bool:
     return False
 
 
-def read_head(path: Path, limit: int) -> bytes:
-    """Read at most ``limit + 1`` bytes of a regular file, never following a symlink."""
+def _read_head(path: str | Path, limit: int) -> bytes:
     fd = os.open(path, _OPEN_FLAGS)
     with os.fdopen(fd, "rb") as handle:
         return handle.read(limit + 1)
 
 
-def file_digest(path: Path) -> tuple[str, bytes]:
+def read_small(path: str | Path, size: int, limit: int) -> bytes | None:
+    """Read a regular file of ``size`` bytes whole, or ``None`` if it is over ``limit``.
+
+    Never follows a symlink. ``size`` (from ``lstat``) sizes the read; a file that grew
+    since is read again up to ``limit``.
+    """
+    data = _read_head(path, min(size, limit))
+    if len(data) > size:
+        data = _read_head(path, limit)
+    return data if len(data) <= limit else None
+
+
+def file_digest(path: str | Path) -> tuple[str, bytes]:
     """Stream a file's SHA-256; also return its first chunk (for binary detection)."""
     digest = hashlib.sha256()
     fd = os.open(path, _OPEN_FLAGS)
@@ -194,8 +210,16 @@ def file_digest(path: Path) -> tuple[str, bytes]:
     return digest.hexdigest(), head
 
 
-def _walk(root_index: int, top: Path, parts: tuple[str, ...]) -> Iterator[tuple[ScanKey, Path]]:
-    """Yield files and symlinks depth-first in name order, i.e. in ``ScanKey`` order."""
+_Found = tuple[ScanKey, os.DirEntry[str], bool]
+
+
+def _walk(
+    root_index: int, top: str | Path, parts: tuple[str, ...], secret: bool
+) -> Iterator[_Found]:
+    """Yield files and symlinks depth-first in name order, i.e. in ``ScanKey`` order.
+
+    Each comes with whether its path is sensitive (``secret``: a folder above it is).
+    """
     try:
         with os.scandir(top) as listing:
             entries = sorted(listing, key=lambda entry: entry.name)
@@ -207,35 +231,37 @@ def _walk(root_index: int, top: Path, parts: tuple[str, ...]) -> Iterator[tuple[
             is_file = entry.is_file(follow_symlinks=False) or entry.is_symlink()
         except OSError:
             continue
+        sensitive = secret or is_sensitive_path((entry.name,))
         if is_dir:
             if entry.name not in WORKSPACE_SKIPPED_DIRS and not entry.name.endswith(".egg-info"):
-                yield from _walk(root_index, Path(entry.path), (*parts, entry.name))
+                yield from _walk(root_index, entry.path, (*parts, entry.name), sensitive)
         elif is_file:
-            yield (root_index, (*parts, entry.name)), Path(entry.path)
+            yield (root_index, (*parts, entry.name)), entry, sensitive
 
 
-def _stat_state(path: Path, sensitive: bool) -> FileState | None:
+def _entry_state(entry: os.DirEntry[str], sensitive: bool, read_up_to: int) -> FileState | None:
+    """The state of a file or symlink; a readable file of ``read_up_to`` bytes or less is read.
+
+    A small non-binary file keeps its bytes, a binary one its digest.
+    """
     try:
-        info = path.lstat()
-        target = os.readlink(path) if stat.S_ISLNK(info.st_mode) else None
+        info = entry.stat(follow_symlinks=False)
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(entry.path)
+            return FileState(info.st_size, info.st_mtime_ns, info.st_ino, target, sensitive)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        data = None
+        if not sensitive and info.st_size <= read_up_to:
+            data = read_small(entry.path, info.st_size, read_up_to)
     except OSError:
         return None
-    if target is None and not stat.S_ISREG(info.st_mode):
-        return None
-    return FileState(info.st_size, info.st_mtime_ns, info.st_ino, target, sensitive)
-
-
-def _with_content(state: FileState, path: Path, limit: int) -> FileState:
-    """Add the bytes of a small non-binary file, or the digest of a binary one."""
-    try:
-        data = read_head(path, limit)
-    except OSError:
-        return state
-    if len(data) > limit:
-        return state
+    facts = (info.st_size, info.st_mtime_ns, info.st_ino, None, sensitive)
+    if data is None:
+        return FileState(*facts)
     if is_binary(data):
-        return replace(state, sha256=hashlib.sha256(data).hexdigest(), binary=True)
-    return replace(state, data=data, binary=False)
+        return FileState(*facts, sha256=hashlib.sha256(data).hexdigest(), binary=True)
+    return FileState(*facts, data=data, binary=False)
 
 
 def scan_workspace(
@@ -252,28 +278,24 @@ def scan_workspace(
     limits = limits or WorkspaceChangeLimits()
     started_ns = time.time_ns()
     files: dict[tuple[str, str], FileState] = {}
-    budget = limits.max_snapshot_bytes if keep_content else 0
+    budget = limits.max_snapshot_bytes if keep_content else -1
     boundary: ScanKey | None = None
     last: ScanKey = (-1, ())
-    for key, path in _walk_roots(roots):
+    for key, entry, sensitive in _walk_roots(roots):
         if len(files) == limits.max_scanned_files:
             boundary = last
             break
         last = key
-        state = _stat_state(path, is_sensitive_path(key[1]))
-        if state is None:
-            continue
-        readable = not state.is_symlink and not state.sensitive
-        if readable and state.size <= min(limits.max_file_bytes_for_diff, budget):
-            state = _with_content(state, path, limits.max_file_bytes_for_diff)
+        state = _entry_state(entry, sensitive, min(limits.max_file_bytes_for_diff, budget))
+        if state is not None:
             budget -= len(state.data or b"")
-        files[roots[key[0]].name, "/".join(key[1])] = state
+            files[roots[key[0]].name, "/".join(key[1])] = state
     return WorkspaceSnapshot(roots, limits, files, started_ns, boundary)
 
 
-def _walk_roots(roots: tuple[WorkspaceRoot, ...]) -> Iterator[tuple[ScanKey, Path]]:
+def _walk_roots(roots: tuple[WorkspaceRoot, ...]) -> Iterator[_Found]:
     for index, root in enumerate(roots):
-        yield from _walk(index, root.host_path, ())
+        yield from _walk(index, root.host_path, (), False)
 
 
 def _check_roots(roots: Iterable[WorkspaceRoot]) -> tuple[WorkspaceRoot, ...]:

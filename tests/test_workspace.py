@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -21,6 +22,7 @@ from deerflow_journal import (
     WorkspaceRoot,
     WorkspaceSnapshot,
     capture_workspace_snapshot,
+    compare_workspace_snapshots,
     diff_workspace,
     record_workspace_changes,
     scan_workspace,
@@ -493,6 +495,21 @@ def test_roots_must_have_unique_names(tmp_path):
 def test_diff_workspace_wants_a_snapshot(roots):
     with pytest.raises(TypeError, match="WorkspaceSnapshot"):
         diff_workspace({}, roots)
+    with pytest.raises(TypeError, match="WorkspaceSnapshot"):
+        compare_workspace_snapshots(scan_workspace(roots), None)
+
+
+def test_compare_workspace_snapshots_reads_only_what_changed(ws, roots):
+    write(ws / "a.txt", "a\n", age_ns=HOUR_NS)
+    write(ws / "b.txt", "b\n", age_ns=HOUR_NS)
+    before = scan_workspace(roots)
+    write(ws / "b.txt", "bb\n")
+    after = scan_workspace(roots, keep_content=False)
+    with recording_opens() as opened:
+        event = compare_workspace_snapshots(before, after)
+    assert [p for p, _ in opened] == [str(ws / "b.txt")]
+    assert event["content"] == "1 file changed +1 -1"
+    assert compare_workspace_snapshots(before, before) is None
 
 
 def test_diff_reasons_are_documented():
@@ -526,3 +543,17 @@ def test_cut_diff_cuts_at_a_line_boundary():
     assert cut_diff("ab\ncd\n", 6) == ("ab\ncd\n", False)
     assert cut_diff("ab\ncd\n", 5) == ("ab\n", True)
     assert cut_diff("ab\ncd\n", 0) == ("", True)
+
+
+def test_the_workspace_benchmark_runs_and_opens_no_unchanged_file():
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_workspace.py"
+    env = {**os.environ, "PYTHONPATH": str(script.parent.parent)}
+    done = subprocess.run(
+        [sys.executable, str(script), "--files", "60", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "unchanged files opened after the snapshot: 0" in done.stdout
