@@ -66,12 +66,12 @@ _VERSION = 1
 
 @dataclass(slots=True)
 class _Content:
-    """What is known of one side of a change."""
+    """What is known of one side of a change; ``missing`` says why ``data`` is ``None``."""
 
     data: bytes | None = None
     sha256: str | None = None
     binary: bool = False
-    unreadable: bool = False
+    missing: str | None = None
 
 
 def _read_after(path: Path, state: FileState, limits: WorkspaceChangeLimits) -> _Content:
@@ -82,15 +82,21 @@ def _read_after(path: Path, state: FileState, limits: WorkspaceChangeLimits) -> 
             data = read_small(path, state.size, limits.max_file_bytes_for_diff)
         if data is None:
             sha, head = file_digest(path)
-            return _Content(None, sha, is_binary(head))
+            binary = is_binary(head)
+            return _Content(None, sha, binary, "binary" if binary else "too_large")
     except OSError:
-        return _Content(unreadable=True)
-    binary = is_binary(data)
-    return _Content(None if binary else data, hashlib.sha256(data).hexdigest(), binary)
+        return _Content(missing="unreadable")
+    sha = hashlib.sha256(data).hexdigest()
+    return _Content(None, sha, True, "binary") if is_binary(data) else _Content(data, sha)
 
 
-def _before_content(state: FileState) -> _Content:
-    return _Content(state.data, state.digest(), bool(state.binary))
+def _before_content(state: FileState, limits: WorkspaceChangeLimits) -> _Content:
+    if state.binary:
+        return _Content(None, state.sha256, True, "binary")
+    if state.data is not None:
+        return _Content(state.data, state.digest())
+    too_large = state.size > limits.max_file_bytes_for_diff
+    return _Content(missing="too_large" if too_large else "not_captured")
 
 
 def _status(before: FileState | None, after: FileState | None) -> str:
@@ -103,20 +109,12 @@ def _status(before: FileState | None, after: FileState | None) -> str:
     return "modified"
 
 
-def _side_text(
-    state: FileState | None, content: _Content, limits: WorkspaceChangeLimits
-) -> tuple[str | None, str | None]:
+def _side_text(state: FileState | None, content: _Content) -> tuple[str | None, str | None]:
     """The text of one side of a change, or ``None`` and the reason it has none."""
     if state is None:
         return "", None
-    if content.binary:
-        return None, "binary"
-    if state.size > limits.max_file_bytes_for_diff:
-        return None, "too_large"
-    if content.unreadable:
-        return None, "unreadable"
     if content.data is None:
-        return None, "not_captured"
+        return None, content.missing or "not_captured"
     text = decode_text(content.data)
     return (text, None) if text is not None else (None, "encoding")
 
@@ -130,7 +128,7 @@ class _Change:
     before_content: _Content
     after_content: _Content
 
-    def entry(self, limits: WorkspaceChangeLimits) -> dict[str, Any]:
+    def entry(self) -> dict[str, Any]:
         """The ``files[]`` item of the payload, with the full diff (budget applied later)."""
         before, after = self.before, self.after
         symlink = any(s is not None and s.is_symlink for s in (before, after))
@@ -140,8 +138,8 @@ class _Change:
         if sensitive or symlink:
             reason = "sensitive" if sensitive else "symlink"
         else:
-            old, old_reason = _side_text(before, self.before_content, limits)
-            new, new_reason = _side_text(after, self.after_content, limits)
+            old, old_reason = _side_text(before, self.before_content)
+            new, new_reason = _side_text(after, self.after_content)
             if old is not None and new is not None:
                 labels = (_label("a", path, before), _label("b", path, after))
                 diff, additions, deletions = unified_diff(old, new, *labels)
@@ -226,7 +224,7 @@ def _change(
         racy = old.mtime_ns >= before.started_ns - RACY_WINDOW_NS
         if not (racy and old.was_read):
             return None
-    old_content = _Content() if old is None else _before_content(old)
+    old_content = _Content() if old is None else _before_content(old, limits)
     if new is None or new.sensitive or new.is_symlink:
         return _Change(root, relative, old, new, old_content, _Content())
     new_content = _read_after(root.host_path / relative, new, limits)
@@ -238,7 +236,7 @@ def _change(
 def _payload(
     changes: list[_Change], limits: WorkspaceChangeLimits, scan_truncated: bool
 ) -> dict[str, Any]:
-    entries = [change.entry(limits) for change in changes]
+    entries = [change.entry() for change in changes]
     summary = {status: 0 for status in ("created", "modified", "deleted", "symlink_created")}
     for entry in entries:
         summary[entry["status"]] += 1

@@ -11,6 +11,7 @@ symlink targets are never read by a snapshot.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -249,13 +250,14 @@ def _entry_state(entry: os.DirEntry[str], sensitive: bool, read_up_to: int) -> F
         if stat.S_ISLNK(info.st_mode):
             target = os.readlink(entry.path)
             return FileState(info.st_size, info.st_mtime_ns, info.st_ino, target, sensitive)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        data = None
-        if not sensitive and info.st_size <= read_up_to:
-            data = read_small(entry.path, info.st_size, read_up_to)
     except OSError:
         return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    data = None
+    if not sensitive and info.st_size <= read_up_to:
+        with contextlib.suppress(OSError):
+            data = read_small(entry.path, info.st_size, read_up_to)
     facts = (info.st_size, info.st_mtime_ns, info.st_ino, None, sensitive)
     if data is None:
         return FileState(*facts)

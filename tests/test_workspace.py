@@ -545,6 +545,21 @@ def test_cut_diff_cuts_at_a_line_boundary():
     assert cut_diff("ab\ncd\n", 0) == ("", True)
 
 
+def test_a_file_gone_or_grown_between_rescan_and_compare_is_unreadable_or_too_large(ws, roots):
+    limits = WorkspaceChangeLimits(max_file_bytes_for_diff=50)
+    before = scan_workspace(roots, limits=limits)
+    write(ws / "gone.txt", "x\n")
+    write(ws / "grown.txt", "y\n")
+    after = scan_workspace(roots, limits=limits, keep_content=False)
+    (ws / "gone.txt").unlink()
+    write(ws / "grown.txt", "z" * 100)
+    files = {e["path"]: e for e in payload(compare_workspace_snapshots(before, after))["files"]}
+    gone, grown = files[f"{PREFIX}/gone.txt"], files[f"{PREFIX}/grown.txt"]
+    assert (gone["diff_unavailable_reason"], gone["sha256_after"]) == ("unreadable", None)
+    assert grown["diff_unavailable_reason"] == "too_large"
+    assert len(grown["sha256_after"]) == 64
+
+
 def test_the_workspace_benchmark_runs_and_opens_no_unchanged_file():
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_workspace.py"
     env = {**os.environ, "PYTHONPATH": str(script.parent.parent)}
