@@ -7,6 +7,7 @@ becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``buffer`` 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -27,9 +28,12 @@ from deerflow_journal.journal.loops import background_loop, dispatched_synchrono
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
 from deerflow_journal.journal.state import RunState, ToolStart
 from deerflow_journal.journal.usage import token_counts
+from deerflow_journal.journal.workspace import WorkspaceTracker
 from deerflow_journal.records import current_user_id
 from deerflow_journal.stores import RunEventStore, open_store
+from deerflow_journal.subagent import subagent_run_event
 from deerflow_journal.summary import RunStatus, RunSummary
+from deerflow_journal.workspace import WorkspaceChangeLimits, WorkspaceRoot
 
 __all__ = ["RunJournal"]
 
@@ -68,6 +72,10 @@ class RunJournal(GraphCallbackHandler):
         flush_threshold: Write a batch in the background once this many events are pending.
         progress_reporter: Async callable receiving ``get_completion_data()`` snapshots.
         progress_flush_interval: Minimum seconds between two progress snapshots.
+        workspace_roots: Directories whose file changes each run records as one
+            ``workspace_changes`` event (snapshot at run start, diff at run end; the first
+            tool of a run waits for a snapshot still in progress).
+        workspace_limits: Bounds of those snapshots and diffs.
     """
 
     run_inline: bool = True
@@ -86,6 +94,8 @@ class RunJournal(GraphCallbackHandler):
         flush_threshold: int = 20,
         progress_reporter: ProgressReporter | None = None,
         progress_flush_interval: float = 5.0,
+        workspace_roots: Iterable[WorkspaceRoot] | None = None,
+        workspace_limits: WorkspaceChangeLimits | None = None,
     ) -> None:
         if isinstance(flush_threshold, bool) or not isinstance(flush_threshold, int):
             raise TypeError(f"flush_threshold must be an int, got {flush_threshold!r}")
@@ -108,6 +118,10 @@ class RunJournal(GraphCallbackHandler):
         self._latest: RunState | None = None
         self._next: RunState | None = None
         self._home_loop: asyncio.AbstractEventLoop | None = None
+        self._finishing: set[concurrent.futures.Future[None]] = set()
+        self._workspace = (
+            None if workspace_roots is None else WorkspaceTracker(workspace_roots, workspace_limits)
+        )
         self._progress = (
             None
             if progress_reporter is None
@@ -155,7 +169,7 @@ class RunJournal(GraphCallbackHandler):
 
     # -- emitting (call with self._lock held) --------------------------------------------------
 
-    def _emit(self, state: RunState, event: mapping.EventKwargs) -> None:
+    def _emit(self, state: RunState, event: Mapping[str, Any]) -> None:
         if event["category"] == "message":
             state.message_count += 1
         if not state.bound:
@@ -217,11 +231,13 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         sync = dispatched_synchronously()
         loop = running_loop()
+        snapshot = None if self._workspace is None else self._workspace.snapshot()
         with self._lock:
             state = self._next or RunState()
             self._next = None
             state.started_at, state.started = datetime.now(UTC), time.monotonic()
             state.root, state.sync, state.user_id = root, sync, current_user_id()
+            state.workspace_before = snapshot
             state.run_id = self._run_id or str(root)
             found = (metadata or {}).get("thread_id")
             state.thread_id = self._thread_id or (str(found) if found else state.run_id)
@@ -235,6 +251,8 @@ class RunJournal(GraphCallbackHandler):
             for event in early:
                 self._emit(state, event)
             self._buffer.put_summary(state.summary())
+        if sync:
+            WorkspaceTracker.wait(snapshot)
 
     def on_chain_end(
         self,
@@ -283,21 +301,61 @@ class RunJournal(GraphCallbackHandler):
             if state is None or state.ended:
                 return
             status, terminal = self._terminal(state, outputs, error)
-            reason = _UNRESOLVED_REASON[status]
+            state.end(status, error if status in ("error", "cancelled") else None)
+            for key in [key for key, value in self._runs.items() if value is state]:
+                del self._runs[key]
+        loop = self._write_loop(state.sync)
+        snapshot = state.workspace_before
+        if self._workspace is None or snapshot is None:
+            self._close_run(state, terminal, None, loop)
+        elif state.sync:
+            self._close_run(state, terminal, self._workspace.changes_blocking(snapshot), loop)
+        else:
+            self._close_later(state, terminal, self._workspace, snapshot, loop)
+
+    def _close_later(
+        self,
+        state: RunState,
+        terminal: mapping.EventKwargs,
+        workspace: WorkspaceTracker,
+        snapshot: concurrent.futures.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Close an async run once its workspace diff is ready (``flush`` waits for it)."""
+
+        async def close() -> None:
+            self._close_run(state, terminal, await workspace.changes(snapshot), loop)
+
+        future = asyncio.run_coroutine_threadsafe(close(), background_loop())
+        with self._lock:
+            self._finishing.add(future)
+        future.add_done_callback(self._finished_closing)
+
+    def _finished_closing(self, future: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._finishing.discard(future)
+
+    def _close_run(
+        self,
+        state: RunState,
+        terminal: mapping.EventKwargs,
+        workspace_event: dict[str, Any] | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Write a run's closing events and summary: workspace, unresolved calls, terminal."""
+        with self._lock:
+            if workspace_event is not None:
+                self._emit(state, workspace_event)
+            reason = _UNRESOLVED_REASON[state.status]
             for tool_call_id, name in state.outcomes.unresolved():
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit(state, terminal)
-            state.end(status, error if status in ("error", "cancelled") else None)
             self._buffer.put_summary(state.summary())
-            for key in [key for key, value in self._runs.items() if value is state]:
-                del self._runs[key]
             if self._owns_store and not self._runs:
                 self._buffer.close_store_when_empty()
-        trailing = (
-            None if self._progress is None else self._progress.finish(self._write_loop(state.sync))
-        )
+        trailing = None if self._progress is None else self._progress.finish(loop)
         if not state.sync:
-            self._buffer.drain(self._write_loop(False))
+            self._buffer.drain(loop)
             return
         self._buffer.flush_blocking(self._blocking_loop)
         if trailing is not None:
@@ -501,6 +559,41 @@ class RunJournal(GraphCallbackHandler):
             self._emit(state, event)
             state.outcomes.resolve(tool_call_id)
 
+    # -- subagents ----------------------------------------------------------------------------
+
+    def on_custom_event(
+        self,
+        name: str,
+        data: Any,
+        *,
+        run_id: UUID,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Journal ``task_*`` subagent chunks dispatched as custom events (SPEC §6)."""
+        chunk = mapping.task_chunk(name, data)
+        event = None if chunk is None else subagent_run_event(chunk)
+        if event is None:
+            return
+        with self._lock:
+            state = self._runs.get(run_id)
+            if state is not None:
+                self._emit(state, event)
+
+    def record_subagent_chunk(self, chunk: Mapping[str, Any]) -> bool:
+        """Journal one ``task_*`` chunk (e.g. from ``stream_mode="custom"``); False if malformed."""
+        event = subagent_run_event(chunk)
+        if event is None:
+            return False
+        with self._lock:
+            self._emit(self._recorder_state(), event)
+        return True
+
+    def record_subagent_chunks(self, chunks: Iterable[Mapping[str, Any]]) -> int:
+        """Journal several ``task_*`` chunks in order; return how many were well formed."""
+        return sum(self.record_subagent_chunk(chunk) for chunk in chunks)
+
     # -- recorders -----------------------------------------------------------------------------
 
     def record_middleware(
@@ -564,8 +657,14 @@ class RunJournal(GraphCallbackHandler):
 
     # -- flushing and closing ------------------------------------------------------------------
 
+    def _closing_runs(self) -> list[concurrent.futures.Future[None]]:
+        with self._lock:
+            return list(self._finishing)
+
     async def flush(self) -> None:
         """Write every buffered event and summary; raise if the store fails (they stay)."""
+        for closing in self._closing_runs():
+            await asyncio.wrap_future(closing)
         await self._buffer.flush(self._write_loop(False))
 
     async def aclose(self) -> None:
@@ -580,6 +679,7 @@ class RunJournal(GraphCallbackHandler):
 
     def close(self) -> None:
         """Blocking ``aclose()`` for code without an event loop."""
+        concurrent.futures.wait(self._closing_runs())
         self._buffer.flush_blocking(self._blocking_loop)
         if self._progress is not None and running_loop() is None:
             for future in self._progress.pending():

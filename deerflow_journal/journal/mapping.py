@@ -67,6 +67,7 @@ __all__ = [
     "run_interrupt_event",
     "run_resume_event",
     "run_start_event",
+    "task_chunk",
     "tool_error_event",
     "tool_result_event",
     "tool_result_messages",
@@ -344,6 +345,22 @@ def tool_unresolved_event(
     """``tool.unresolved`` for a requested tool call the run ended without."""
     content = {"tool_call_id": tool_call_id, "name": name, "reason": reason}
     return _event(TOOL_UNRESOLVED_EVENT, content, {"tool_call_id": tool_call_id})
+
+
+# -- subagents ----------------------------------------------------------------------------
+
+
+def task_chunk(name: str, data: Any) -> dict[str, Any] | None:
+    """Return the ``task_*`` subagent chunk a custom event carries, or ``None``.
+
+    The chunk type comes from ``data["type"]`` or, when ``data`` has none, the event name.
+    """
+    if not isinstance(data, Mapping):
+        return None
+    chunk_type = data.get("type", name)
+    if not isinstance(chunk_type, str) or not chunk_type.startswith("task_"):
+        return None
+    return {**data, "type": chunk_type}
 
 
 # -- recorders -----------------------------------------------------------------------------

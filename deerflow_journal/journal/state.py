@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -10,10 +11,7 @@ from uuid import UUID
 
 from langgraph.callbacks import GraphInterruptEvent
 
-from deerflow_journal.journal.mapping import (
-    LAST_AI_MESSAGE_MAX_CHARS,
-    EventKwargs,
-)
+from deerflow_journal.journal.mapping import LAST_AI_MESSAGE_MAX_CHARS
 from deerflow_journal.journal.outcomes import ToolCallOutcomes
 from deerflow_journal.journal.usage import TokenUsage
 from deerflow_journal.summary import RunStatus, RunSummary
@@ -60,7 +58,7 @@ class RunState:
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
-    early: list[EventKwargs] = field(default_factory=list)
+    early: list[Mapping[str, Any]] = field(default_factory=list)
     workspace_before: Any = None
 
     @property

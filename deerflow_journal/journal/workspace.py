@@ -1,0 +1,66 @@
+"""Workspace changes of a run: a snapshot at run start, a diff at run end, off every event loop.
+
+Both scans run on the journal's background loop (in its worker threads), so a callback running
+on the caller's loop never scans. ``wait`` lets the first tool of a run wait for a snapshot
+still in progress, so no tool changes a file before the snapshot saw it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from deerflow_journal.journal.loops import background_loop
+from deerflow_journal.workspace import (
+    WorkspaceChangeLimits,
+    WorkspaceRoot,
+    WorkspaceSnapshot,
+    capture_workspace_snapshot,
+    workspace_changes_event,
+)
+
+__all__ = ["WorkspaceTracker"]
+
+logger = logging.getLogger(__name__)
+
+Snapshot = concurrent.futures.Future[WorkspaceSnapshot]
+
+
+class WorkspaceTracker:
+    """Snapshots ``roots`` when a run starts and builds its ``workspace_changes`` event."""
+
+    def __init__(
+        self, roots: Iterable[WorkspaceRoot], limits: WorkspaceChangeLimits | None = None
+    ) -> None:
+        self.roots = tuple([roots] if isinstance(roots, WorkspaceRoot) else roots)
+        for root in self.roots:
+            if not isinstance(root, WorkspaceRoot):
+                raise TypeError(f"workspace_roots must hold WorkspaceRoot, got {root!r}")
+        self.limits = limits
+
+    def snapshot(self) -> Snapshot:
+        """Start the before-snapshot in the background."""
+        coro = capture_workspace_snapshot(self.roots, limits=self.limits)
+        return asyncio.run_coroutine_threadsafe(coro, background_loop())
+
+    @staticmethod
+    def wait(snapshot: Snapshot | None) -> None:
+        """Block until ``snapshot`` is taken (it usually already is)."""
+        if snapshot is not None and not snapshot.done():
+            concurrent.futures.wait([snapshot])
+
+    async def changes(self, snapshot: Snapshot) -> dict[str, Any] | None:
+        """Return the run's ``workspace_changes`` event kwargs, or ``None`` (also on failure)."""
+        try:
+            before = await asyncio.wrap_future(snapshot)
+            return await workspace_changes_event(before, self.roots, limits=self.limits)
+        except Exception:
+            logger.exception("workspace changes could not be recorded")
+            return None
+
+    def changes_blocking(self, snapshot: Snapshot) -> dict[str, Any] | None:
+        """``changes`` for a caller that may block (a sync run's terminal outcome)."""
+        return asyncio.run_coroutine_threadsafe(self.changes(snapshot), background_loop()).result()

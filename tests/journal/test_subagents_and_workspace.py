@@ -1,0 +1,167 @@
+"""Subagent chunks (SPEC §5.1 last rule, §6) and workspace changes (§7) through the journal."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from langgraph.config import get_stream_writer
+from langgraph.graph import START, MessagesState, StateGraph
+
+from deerflow_journal import (
+    MemoryRunEventStore,
+    RunEvent,
+    RunJournal,
+    WorkspaceRoot,
+    latest_workspace_changes,
+)
+from tests.journal.agents import agent_graph, ai, scripted
+
+QUESTION = {"messages": [HumanMessage("Delegate it.")]}
+STEP = {"type": "ai", "content": "looking", "tool_calls": [], "id": "s0"}
+TASK_CHUNKS = [
+    {"type": "task_started", "task_id": "t1", "description": "find files"},
+    {"type": "task_running", "task_id": "t1", "message_index": 0, "message": STEP},
+    {"type": "task_running", "task_id": "t1", "message": STEP},  # malformed: no index
+    {"type": "task_completed", "task_id": "t1", "result": "found 2 files"},
+]
+SUBAGENT_TYPES = ["subagent.start", "subagent.step", "subagent.end"]
+
+
+async def run_events(journal: RunJournal) -> list[RunEvent]:
+    await journal.flush()
+    assert journal.thread_id is not None and journal.run_id is not None
+    return await journal.event_store.list_events(journal.thread_id, journal.run_id)
+
+
+def single_node(fn: Any) -> Any:
+    graph = StateGraph(MessagesState)
+    graph.add_node("work", fn)
+    graph.add_edge(START, "work")
+    return graph.compile()
+
+
+# -- subagent chunks -----------------------------------------------------------------------
+
+
+async def test_task_chunks_dispatched_as_custom_events_become_subagent_events():
+    async def work(state: MessagesState) -> dict[str, Any]:
+        for chunk in TASK_CHUNKS:
+            await adispatch_custom_event(
+                chunk["type"], {k: v for k, v in chunk.items() if k != "type"}
+            )
+        await adispatch_custom_event("progress", {"percent": 50})  # not a task chunk
+        return {}
+
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await single_node(work).ainvoke(QUESTION, {"callbacks": [journal]})
+    events = await run_events(journal)
+    assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
+    assert events[1]["content"] == {"task_id": "t1", "description": "find files"}
+    assert events[2]["metadata"] == {"task_id": "t1", "message_index": 0}
+    assert events[3]["content"]["status"] == "completed"
+
+
+def test_a_custom_event_named_anything_carries_its_type_in_the_data():
+    def work(state: MessagesState) -> dict[str, Any]:
+        for chunk in TASK_CHUNKS:
+            dispatch_custom_event("subagent", chunk)
+        return {}
+
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    single_node(work).invoke(QUESTION, {"callbacks": [journal]})
+    events = asyncio.run(run_events(journal))
+    assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
+
+
+@tool
+def delegate(description: str) -> str:
+    """Hand the work to a subagent that streams task_* chunks."""
+    write = get_stream_writer()
+    for chunk in TASK_CHUNKS:
+        write(chunk)
+    return "found 2 files"
+
+
+async def test_chunks_from_the_custom_stream_are_recorded_by_the_caller():
+    model = scripted(ai("", calls=[("delegate", {"description": "find"}, "d1")]), ai("Done."))
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    recorded = []
+    async for chunk in agent_graph(model, [delegate]).astream(
+        QUESTION, {"callbacks": [journal]}, stream_mode="custom"
+    ):
+        recorded.append(journal.record_subagent_chunk(chunk))
+    assert recorded == [True, True, False, True]
+    types = [e["event_type"] for e in await run_events(journal)]
+    assert types[:4] == ["run.start", "llm.human.input", "llm.ai.response", *SUBAGENT_TYPES[:1]]
+    assert [t for t in types if t.startswith("subagent.")] == SUBAGENT_TYPES
+    assert types[-1] == "run.end"
+
+
+async def test_record_subagent_chunks_counts_the_well_formed_ones():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+
+    def work(state: MessagesState) -> dict[str, Any]:
+        assert journal.record_subagent_chunks(TASK_CHUNKS) == 3
+        return {}
+
+    await single_node(work).ainvoke(QUESTION, {"callbacks": [journal]})
+    events = await run_events(journal)
+    assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
+
+
+# -- workspace -----------------------------------------------------------------------------
+
+
+def workspace(tmp_path: Path) -> WorkspaceRoot:
+    root = tmp_path / "outputs"
+    root.mkdir()
+    (root / "notes.txt").write_text("old\n")
+    return WorkspaceRoot("outputs", root, "/mnt/user-data/outputs")
+
+
+def writer_agent(root: Path) -> Any:
+    @tool
+    def write_report(text: str) -> str:
+        """Write the report file."""
+        (root / "report.md").write_text(text)
+        return "written"
+
+    model = scripted(ai("", calls=[("write_report", {"text": "# Report\n"}, "w1")]), ai("Saved."))
+    return agent_graph(model, [write_report])
+
+
+async def test_workspace_roots_record_the_runs_file_changes(tmp_path):
+    root = workspace(tmp_path)
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    await writer_agent(root.host_path).ainvoke(QUESTION, {"callbacks": [journal]})
+    events = await run_events(journal)
+    assert [e["event_type"] for e in events][-2:] == ["workspace_changes", "run.end"]
+    assert events[-2]["content"] == "1 file changed +1 -0"
+    assert journal.thread_id is not None and journal.run_id is not None
+    payload = await latest_workspace_changes(journal.event_store, journal.thread_id, journal.run_id)
+    assert payload is not None
+    (change,) = payload["files"]
+    assert (change["path"], change["status"]) == ("/mnt/user-data/outputs/report.md", "created")
+
+
+def test_workspace_changes_under_invoke(tmp_path):
+    root = workspace(tmp_path)
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    writer_agent(root.host_path).invoke(QUESTION, {"callbacks": [journal]})
+    types = [e["event_type"] for e in asyncio.run(run_events(journal))]
+    assert types[-2:] == ["workspace_changes", "run.end"]
+
+
+async def test_a_run_that_changes_no_file_records_no_workspace_event(tmp_path):
+    root = workspace(tmp_path)
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    await agent_graph(scripted(AIMessage("nothing to write"))).ainvoke(
+        QUESTION, {"callbacks": [journal]}
+    )
+    types = [e["event_type"] for e in await run_events(journal)]
+    assert "workspace_changes" not in types and types[-1] == "run.end"
