@@ -50,6 +50,7 @@ from deerflow_journal.stores import (
     default_store_url,
     open_store,
 )
+from deerflow_journal.stores.jsonl import JsonlRunEventStore
 from deerflow_journal.stores.memory import MemoryRunEventStore
 from deerflow_journal.summary import RunSummary
 
@@ -87,6 +88,7 @@ __all__ = [
     "TOOL_UNRESOLVED_EVENT",
     "WORKSPACE_CHANGES_EVENT",
     "WORKSPACE_RUN_EVENT_DEFINITIONS",
+    "JsonlRunEventStore",
     "MemoryRunEventStore",
     "RunEvent",
     "RunEventDefinition",
