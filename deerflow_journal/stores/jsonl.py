@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -41,8 +42,8 @@ from deerflow_journal.stores.jsonl_files import (
     append_file,
     create_batch_marker,
     lock_thread,
-    open_for_append,
     peek_state,
+    prepare_append,
     read_lines,
     rewrite_file,
     run_file_sizes,
@@ -54,6 +55,7 @@ __all__ = ["JsonlRunEventStore"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_LOCK_STRIPES = 64
 _Sizes = dict[str, tuple[int, int]]
 
 
@@ -76,7 +78,8 @@ class JsonlRunEventStore(RunEventStore):
         super().__init__(max_trace_content=max_trace_content)
         self.base_dir = Path(base_dir)
         self._caches: OrderedDict[str, ThreadCache] = OrderedDict()
-        self._locks: dict[str, threading.Lock] = {}
+        # Threads share a fixed set of in-process locks, so that memory does not grow with them.
+        self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
         self._guard = threading.Lock()
 
     async def _setup(self) -> None:
@@ -93,21 +96,20 @@ class JsonlRunEventStore(RunEventStore):
     # -- locks and caches --------------------------------------------------------------------
 
     def _paths(self, thread_id: str) -> ThreadPaths:
-        return ThreadPaths(self.base_dir, thread_id)
+        return _thread_paths(self.base_dir, thread_id)
 
     def _local_lock(self, thread_id: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(thread_id, threading.Lock())
+        return self._stripes[hash(thread_id) % len(self._stripes)]
 
     @contextlib.contextmanager
     def _locked(self, thread_ids: Iterable[str]) -> Iterator[dict[str, LockedThread]]:
-        # Sorted, so that batches over overlapping threads can never wait on each other.
+        # Every in-process lock first, then the file locks; each kind in one fixed order, so
+        # batches over overlapping threads can never wait on each other.
+        ids = sorted(set(thread_ids))
         with contextlib.ExitStack() as stack:
-            held = {}
-            for thread_id in sorted(set(thread_ids)):
-                stack.enter_context(self._local_lock(thread_id))
-                held[thread_id] = stack.enter_context(lock_thread(self._paths(thread_id)))
-            yield held
+            for stripe in sorted({hash(t) % len(self._stripes) for t in ids}):
+                stack.enter_context(self._stripes[stripe])
+            yield {t: stack.enter_context(lock_thread(self._paths(t))) for t in ids}
 
     def _cache(self, thread_id: str) -> ThreadCache:
         with self._guard:
@@ -314,11 +316,9 @@ class JsonlRunEventStore(RunEventStore):
 
     def _put_run_summary_sync(self, summary: dict[str, Any]) -> None:
         with self._locked([summary["thread_id"]]) as held:
-            fd, _ = open_for_append(held[summary["thread_id"]].paths.summaries)
-            try:
-                append_file(fd, orjson.dumps(summary, option=orjson.OPT_APPEND_NEWLINE))
-            finally:
-                os.close(fd)
+            path = held[summary["thread_id"]].paths.summaries
+            prepare_append(path)
+            append_file(path, orjson.dumps(summary, option=orjson.OPT_APPEND_NEWLINE))
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
@@ -336,6 +336,11 @@ class JsonlRunEventStore(RunEventStore):
         return [s for s in summaries.values() if user_id is None or s.get("user_id") == user_id]
 
 
+@functools.lru_cache(maxsize=1024)
+def _thread_paths(base_dir: Path, thread_id: str) -> ThreadPaths:
+    return ThreadPaths(base_dir, thread_id)
+
+
 def _write_thread(
     lt: LockedThread,
     last_seq: int,
@@ -344,20 +349,15 @@ def _write_thread(
     begun: list[LockedThread],
 ) -> _Sizes:
     """Record the thread's file sizes, then append each file's lines with one write call."""
-    with contextlib.ExitStack() as stack:
-        opened = {}
-        for name in lines:
-            fd, size = open_for_append(lt.paths.runs / name)
-            stack.callback(os.close, fd)
-            opened[name] = (fd, size)
-        lt.begin(last_seq, {name: size for name, (_, size) in opened.items()}, marker)
-        begun.append(lt)
-        sizes = {}
-        for name, (fd, size) in opened.items():
-            data = b"\n".join(lines[name]) + b"\n"
-            append_file(fd, data)
-            sizes[name] = (size, size + len(data))
-        return sizes
+    before = {name: prepare_append(lt.paths.runs / name) for name in lines}
+    lt.begin(last_seq, before, marker)
+    begun.append(lt)
+    sizes = {}
+    for name, size in before.items():
+        data = b"\n".join(lines[name]) + b"\n"
+        append_file(lt.paths.runs / name, data)
+        sizes[name] = (size, size + len(data))
+    return sizes
 
 
 def _delete_rows(paths: ThreadPaths, cache: ThreadCache, run_id: str, user_id: str | None) -> int:

@@ -35,8 +35,8 @@ __all__ = [
     "append_file",
     "create_batch_marker",
     "lock_thread",
-    "open_for_append",
     "peek_state",
+    "prepare_append",
     "read_lines",
     "rewrite_file",
     "run_file_sizes",
@@ -111,18 +111,17 @@ def read_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
     return data[: end - 1].split(b"\n"), offset + end
 
 
-def open_for_append(path: Path) -> tuple[int, int]:
-    """Open ``path`` for appending and return ``(fd, size)``, cutting off a torn last line."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+def prepare_append(path: Path) -> int:
+    """Create ``path`` if needed, cut off a torn last line, and return its size."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             size = _cut_torn_tail(fd, size)
             logger.warning("dropped an unfinished last line of %s", path)
-    except BaseException:
+        return size
+    finally:
         os.close(fd)
-        raise
-    return fd, size
 
 
 def _cut_torn_tail(fd: int, size: int) -> int:
@@ -138,11 +137,15 @@ def _cut_torn_tail(fd: int, size: int) -> int:
     return end
 
 
-def append_file(fd: int, data: bytes) -> None:
+def append_file(path: Path, data: bytes) -> None:
     """Append ``data`` with one write call (repeated only if the OS writes less)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def create_batch_marker(base_dir: Path) -> Path:

@@ -14,7 +14,6 @@ Layout under the base dir::
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["MAX_NAME_LENGTH", "RUN_SUFFIX", "ThreadPaths", "encode_id"]
@@ -57,37 +56,24 @@ def encode_id(value: str) -> str:
     return f"{''.join(head)}~{digest}"
 
 
-@dataclass(frozen=True, slots=True)
 class ThreadPaths:
     """The files of one thread under a base dir."""
 
-    base_dir: Path
-    thread_id: str
+    __slots__ = ("base_dir", "dir", "lock", "runs", "state", "summaries", "thread_id")
 
-    @property
-    def dir(self) -> Path:
-        """The thread's directory."""
-        return self.base_dir / "threads" / encode_id(self.thread_id)
-
-    @property
-    def lock(self) -> Path:
-        """The file every writer of the thread locks."""
-        return self.dir / "lock"
-
-    @property
-    def state(self) -> Path:
-        """The file holding the thread's last seq and change counters."""
-        return self.dir / "state"
-
-    @property
-    def summaries(self) -> Path:
-        """The thread's run summaries."""
-        return self.dir / "summaries.jsonl"
-
-    @property
-    def runs(self) -> Path:
-        """The directory of the thread's run files."""
-        return self.dir / "runs"
+    def __init__(self, base_dir: Path, thread_id: str) -> None:
+        self.base_dir = base_dir
+        self.thread_id = thread_id
+        #: The thread's directory.
+        self.dir = base_dir / "threads" / encode_id(thread_id)
+        #: The file every writer of the thread locks.
+        self.lock = self.dir / "lock"
+        #: The thread's last seq, change counters and the batch in flight.
+        self.state = self.dir / "state"
+        #: The thread's run summaries.
+        self.summaries = self.dir / "summaries.jsonl"
+        #: The directory of the thread's run files.
+        self.runs = self.dir / "runs"
 
     def run_file(self, run_id: str) -> Path:
         """The file holding ``run_id``'s events."""
