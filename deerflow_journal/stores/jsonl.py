@@ -32,8 +32,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
 from deerflow_journal.stores.jsonl_cache import Row, ThreadCache, encode_line
@@ -44,11 +42,11 @@ from deerflow_journal.stores.jsonl_files import (
     lock_thread,
     peek_state,
     prepare_append,
-    read_lines,
     rewrite_file,
     run_file_sizes,
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
+from deerflow_journal.stores.jsonl_summaries import append_summary, delete_summaries, read_summaries
 
 __all__ = ["JsonlRunEventStore"]
 
@@ -299,14 +297,15 @@ class JsonlRunEventStore(RunEventStore):
         with self._locked([thread_id]) as held:
             lt = held[thread_id]
             cache = self._refreshed(lt)
+            self._drop_cache(thread_id)
+            # Marked first, so that every reader re-reads the thread even if this is cut short.
+            lt.mark_shrunk()
             runs = cache.run_ids() if run_id is None else [run_id]
             deleted = sum(_delete_rows(lt.paths, cache, run, user_id) for run in runs)
             if run_id is None and user_id is None:
                 for name in run_file_sizes(lt.paths):
                     (lt.paths.runs / name).unlink(missing_ok=True)
-            _delete_summaries(lt.paths, run_id, user_id)
-            lt.mark_shrunk()
-            self._drop_cache(thread_id)
+            delete_summaries(lt.paths, run_id, user_id)
             return deleted
 
     # -- run summaries -----------------------------------------------------------------------
@@ -316,14 +315,12 @@ class JsonlRunEventStore(RunEventStore):
 
     def _put_run_summary_sync(self, summary: dict[str, Any]) -> None:
         with self._locked([summary["thread_id"]]) as held:
-            path = held[summary["thread_id"]].paths.summaries
-            prepare_append(path)
-            append_file(path, orjson.dumps(summary, option=orjson.OPT_APPEND_NEWLINE))
+            append_summary(held[summary["thread_id"]].paths, summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
     ) -> dict[str, Any] | None:
-        summaries = await asyncio.to_thread(_read_summaries, self._paths(thread_id))
+        summaries = await asyncio.to_thread(read_summaries, self._paths(thread_id))
         summary = summaries.get(run_id)
         if summary is None or (user_id is not None and summary.get("user_id") != user_id):
             return None
@@ -332,7 +329,7 @@ class JsonlRunEventStore(RunEventStore):
     async def _list_run_summaries(
         self, thread_id: str, user_id: str | None
     ) -> list[dict[str, Any]]:
-        summaries = await asyncio.to_thread(_read_summaries, self._paths(thread_id))
+        summaries = await asyncio.to_thread(read_summaries, self._paths(thread_id))
         return [s for s in summaries.values() if user_id is None or s.get("user_id") == user_id]
 
 
@@ -354,7 +351,7 @@ def _write_thread(
     begun.append(lt)
     sizes = {}
     for name, size in before.items():
-        data = b"\n".join(lines[name]) + b"\n"
+        data = b"".join(lines[name])
         append_file(lt.paths.runs / name, data)
         sizes[name] = (size, size + len(data))
     return sizes
@@ -368,40 +365,3 @@ def _delete_rows(paths: ThreadPaths, cache: ThreadCache, run_id: str, user_id: s
     elif doomed:
         rewrite_file(paths.run_file(run_id), [row.line for row in rows if row.user_id != user_id])
     return doomed
-
-
-def _read_summaries(paths: ThreadPaths) -> dict[str, dict[str, Any]]:
-    """The thread's summaries by run, in first-written order, each the last one written."""
-    try:
-        lines, _ = read_lines(paths.summaries, 0)
-    except FileNotFoundError:
-        return {}
-    summaries: dict[str, dict[str, Any]] = {}
-    for line in lines:
-        try:
-            data = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(data, dict) and data.get("thread_id") == paths.thread_id:
-            run_id = data.get("run_id")
-            if isinstance(run_id, str):
-                summaries[run_id] = data
-    return summaries
-
-
-def _delete_summaries(paths: ThreadPaths, run_id: str | None, user_id: str | None) -> None:
-    summaries = _read_summaries(paths)
-    kept = [
-        s
-        for s in summaries.values()
-        if not (
-            (run_id is None or s["run_id"] == run_id)
-            and (user_id is None or s.get("user_id") == user_id)
-        )
-    ]
-    if len(kept) == len(summaries):
-        return
-    if kept:
-        rewrite_file(paths.summaries, [orjson.dumps(s) for s in kept])
-    else:
-        paths.summaries.unlink(missing_ok=True)

@@ -36,11 +36,10 @@ _RECORD_KEYS = (
     "created_at",
     "user_id",
 )
-_TEXT_KEYS = ("run_id", "event_type", "category", "created_at")
 
 
 def encode_line(event: PendingEvent, seq: int) -> bytes:
-    """Return the stored line of ``event`` at ``seq``: the record as JSON, without newline."""
+    """Return the stored line of ``event`` at ``seq``: the record as JSON and a newline."""
     return orjson.dumps(
         {
             "thread_id": event.thread_id,
@@ -52,13 +51,14 @@ def encode_line(event: PendingEvent, seq: int) -> bytes:
             "metadata": orjson.Fragment(event.metadata_json),
             "created_at": event.created_at,
             "user_id": event.user_id,
-        }
+        },
+        option=orjson.OPT_APPEND_NEWLINE,
     )
 
 
 @dataclass(slots=True)
 class Row:
-    """One stored event: its line plus the fields queries look at."""
+    """One stored event: its line (newline included) plus the fields queries look at."""
 
     seq: int
     line: bytes
@@ -89,28 +89,26 @@ class Row:
         """The row stored in ``line``, or ``None`` if the line is not a record of the thread."""
         try:
             data = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            run_id, seq, meta = data["run_id"], data["seq"], data["metadata"]
+            event_type, category = data["event_type"], data["category"]
+            user, has_content = data.get("user_id"), "content" in data
+            created_at_ok = type(data["created_at"]) is str
+        except (orjson.JSONDecodeError, KeyError, TypeError):
             return None
-        if not (isinstance(data, dict) and data.get("thread_id") == thread_id):
-            return None
-        seq, meta, user = data.get("seq"), data.get("metadata"), data.get("user_id")
         if not (
-            type(seq) is int
-            and isinstance(meta, dict)
-            and (user is None or isinstance(user, str))
-            and "content" in data
-            and all(isinstance(data.get(k), str) for k in _TEXT_KEYS)
+            data["thread_id"] == thread_id
+            and has_content
+            and created_at_ok
+            and type(seq) is int
+            and type(meta) is dict
+            and type(run_id) is str
+            and type(event_type) is str
+            and type(category) is str
+            and (user is None or type(user) is str)
         ):
             return None
         return cls(
-            seq,
-            line,
-            data["run_id"],
-            data["event_type"],
-            data["category"],
-            user,
-            meta.get("task_id"),
-            meta.get("caller"),
+            seq, line, run_id, event_type, category, user, meta.get("task_id"), meta.get("caller")
         )
 
     def record(self) -> RunEvent:

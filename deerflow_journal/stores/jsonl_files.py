@@ -98,17 +98,19 @@ def run_file_sizes(paths: ThreadPaths) -> dict[str, int]:
 
 
 def read_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
-    """Return the complete lines after ``offset`` and the offset past the last of them.
+    """Return the complete lines after ``offset`` (newline kept) and the offset past them.
 
     An unfinished last line (a torn write) is left for later: it is not returned.
     """
+    lines = []
     with open(path, "rb") as f:
         f.seek(offset)
-        data = f.read()
-    end = data.rfind(b"\n") + 1
-    if not end:
-        return [], offset
-    return data[: end - 1].split(b"\n"), offset + end
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            lines.append(line)
+            offset += len(line)
+    return lines, offset
 
 
 def prepare_append(path: Path) -> int:
@@ -252,7 +254,7 @@ def lock_thread(paths: ThreadPaths) -> Iterator[LockedThread]:
 
 
 def rewrite_file(path: Path, lines: list[bytes]) -> None:
-    """Replace ``path`` with ``lines`` in one atomic rename."""
+    """Replace ``path`` with ``lines`` (each ending in a newline) in one atomic rename."""
     tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_bytes(b"".join(line + b"\n" for line in lines))
+    tmp.write_bytes(b"".join(lines))
     os.replace(tmp, path)
