@@ -164,17 +164,16 @@ class LockedThread:
     def __init__(self, paths: ThreadPaths, state_fd: int) -> None:
         self.paths = paths
         self._fd = state_fd
-        self.state = self._load()
+        try:
+            self.state = _parse_state(os.pread(state_fd, os.fstat(state_fd).st_size, 0))
+        except ValueError:
+            logger.warning("rebuilding the unreadable state file %s", paths.state)
+            # New counters no cache can hold, and the highest seq any line still carries.
+            now = time.time_ns()
+            self.state = ThreadState(seq=_max_seq(paths), gen=now, epoch=now)
+            self._save()
         if self.state.pending is not None:
             self.recover()
-
-    def _load(self) -> ThreadState:
-        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
-        try:
-            return _parse_state(data)
-        except ValueError:
-            logger.warning("rebuilding the unreadable state file %s", self.paths.state)
-            return ThreadState(seq=_max_seq(self.paths), gen=time.time_ns(), epoch=time.time_ns())
 
     def _save(self) -> None:
         state = self.state
