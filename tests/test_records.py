@@ -185,3 +185,13 @@ def test_default_url_comes_from_the_environment(monkeypatch):
 
 def test_options_reach_the_constructor():
     assert open_store("memory://", max_trace_content=5).max_trace_content == 5
+
+
+def test_lone_surrogates_in_content_become_replacement_characters():
+    pending = normalise_event(event(content={"k\ud800": ["a\udfffb", "ok 🌍"]}))
+    assert pending.content == {"k\ufffd": ["a\ufffdb", "ok 🌍"]}
+
+
+def test_ids_with_lone_surrogates_are_rejected():
+    with pytest.raises(ValueError, match="Unicode"):
+        normalise_event(event(thread_id="a\ud800"))
