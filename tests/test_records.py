@@ -195,3 +195,15 @@ def test_lone_surrogates_in_content_become_replacement_characters():
 def test_ids_with_lone_surrogates_are_rejected():
     with pytest.raises(ValueError, match="Unicode"):
         normalise_event(event(thread_id="a\ud800"))
+
+
+def test_three_slashes_are_relative_and_four_absolute(tmp_path, monkeypatch):
+    from deerflow_journal import JsonlRunEventStore
+
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("jsonl:///sub/journal")
+    absolute = open_store(f"jsonl:///{tmp_path}/abs")
+    assert isinstance(relative, JsonlRunEventStore)
+    assert str(relative.base_dir) == "sub/journal"
+    assert str(absolute.base_dir) == f"{tmp_path}/abs"
+    assert absolute.base_dir.is_absolute()
