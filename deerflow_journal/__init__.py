@@ -56,6 +56,7 @@ from deerflow_journal.stores import (
     default_store_url,
     open_store,
 )
+from deerflow_journal.stores.jsonl import JsonlRunEventStore
 from deerflow_journal.stores.memory import MemoryRunEventStore
 from deerflow_journal.subagent import (
     SUBAGENT_END_STATUSES,
@@ -121,6 +122,7 @@ __all__ = [
     "WORKSPACE_DIFF_UNAVAILABLE_REASONS",
     "WORKSPACE_RUN_EVENT_DEFINITIONS",
     "WORKSPACE_SKIPPED_DIRS",
+    "JsonlRunEventStore",
     "MemoryRunEventStore",
     "RunEvent",
     "RunEventDefinition",

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from deerflow_journal import MemoryRunEventStore, RunEventStore
+from deerflow_journal import JsonlRunEventStore, MemoryRunEventStore, RunEventStore
 
 
 class Backend:
@@ -49,4 +49,14 @@ class MemoryBackend(Backend):
         return "memory://"
 
 
-BACKENDS: list[type[Backend]] = [MemoryBackend]
+class JsonlBackend(Backend):
+    name = "jsonl"
+
+    def make(self, **options: Any) -> RunEventStore:
+        return JsonlRunEventStore(self.tmp_path / "jsonl", **options)
+
+    def url(self) -> str:
+        return f"jsonl:///{(self.tmp_path / 'jsonl').resolve()}"
+
+
+BACKENDS: list[type[Backend]] = [MemoryBackend, JsonlBackend]
