@@ -1,9 +1,11 @@
 """The journal's one flush path: buffered events and run summaries, one store write at a time.
 
-Callbacks only append to memory. A write takes everything pending when it starts and sends it
-with one ``put_batch`` (then the pending run summaries); if the store fails, the batch goes
-back to the front of the buffer, so nothing is lost, duplicated or reordered. Writes run on an
-event loop chosen by the caller, as tracked futures, never more than one at a time.
+Callbacks only append to memory: events whose content may still hold LangChain messages and
+whose ``created_at`` is a ``time.time()`` float. A write takes everything pending when it
+starts, turns it into plain values and sends it with one ``put_batch`` (then the pending run
+summaries); if the store fails, the batch goes back to the front of the buffer, so nothing is
+lost, duplicated or reordered. Writes run on an event loop chosen by the caller, as tracked
+tasks or futures, never more than one at a time.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from deerflow_journal.journal.loops import running_loop
+from deerflow_journal.journal.mapping import plain
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.summary import RunSummary
 
@@ -25,16 +29,49 @@ __all__ = ["EventBuffer"]
 logger = logging.getLogger(__name__)
 
 
+SummaryBuilder = Callable[[], RunSummary]
+
+
+def _plain_event(event: dict[str, Any]) -> dict[str, Any]:
+    created_at = event["created_at"]
+    if isinstance(created_at, float):
+        created_at = datetime.fromtimestamp(created_at, UTC)
+    return {**event, "content": plain(event["content"]), "created_at": created_at}
+
+
+async def _outcome(task: asyncio.Future[None]) -> None:
+    await asyncio.wait([task])
+    task.result()
+
+
 @dataclass(slots=True)
 class _Write:
-    """One write in flight: the future of its job and the loop it runs on."""
+    """One write in flight: its job (a task on ``loop``, or a future from another thread)."""
 
-    future: concurrent.futures.Future[None]
+    future: asyncio.Future[None] | concurrent.futures.Future[None]
     loop: asyncio.AbstractEventLoop
 
     def is_dead(self) -> bool:
         """True when its loop closed before the job could finish (the job took nothing)."""
         return self.loop.is_closed() and not self.future.done()
+
+    async def wait(self) -> None:
+        """Wait for the job from any running loop; raise what it raised."""
+        if isinstance(self.future, concurrent.futures.Future):
+            await asyncio.wrap_future(self.future)
+        elif self.loop is asyncio.get_running_loop():
+            await _outcome(self.future)
+        else:
+            await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(_outcome(self.future), self.loop)
+            )
+
+    def wait_blocking(self) -> None:
+        """Wait for the job from a thread not running its loop; raise what it raised."""
+        if isinstance(self.future, concurrent.futures.Future):
+            self.future.result()
+        else:
+            asyncio.run_coroutine_threadsafe(_outcome(self.future), self.loop).result()
 
 
 class EventBuffer:
@@ -50,7 +87,7 @@ class EventBuffer:
         self.threshold = threshold
         self._lock = threading.Lock()
         self._events: list[dict[str, Any]] = []
-        self._summaries: dict[tuple[str, str], RunSummary] = {}
+        self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
         self._drain = False
         self._close_when_empty = False
@@ -61,16 +98,16 @@ class EventBuffer:
     # -- memory only -----------------------------------------------------------------------
 
     def add(self, event: dict[str, Any]) -> bool:
-        """Append an event; return True when the buffer reached the threshold."""
+        """Append an event; True when a write should start (threshold reached, none running)."""
         with self._lock:
             self._events.append(event)
-            return len(self._events) >= self.threshold
+            return len(self._events) >= self.threshold and self._write is None
 
-    def put_summary(self, summary: RunSummary) -> None:
-        """Queue a run summary; a newer one of the same run replaces it."""
+    def put_summary(self, key: tuple[str, str], build: SummaryBuilder) -> None:
+        """Queue the summary of run ``key`` (thread id, run id), built when it is written."""
         with self._lock:
-            self._summaries.pop((summary.thread_id, summary.run_id), None)
-            self._summaries[(summary.thread_id, summary.run_id)] = summary
+            self._summaries.pop(key, None)
+            self._summaries[key] = build
 
     def close_store_when_empty(self) -> None:
         """Close the store after the write that leaves nothing pending (it reopens on use)."""
@@ -100,7 +137,10 @@ class EventBuffer:
             return None
         coro = self._job()
         try:
-            future = asyncio.run_coroutine_threadsafe(coro, loop)
+            if loop is running_loop():
+                future: Any = loop.create_task(coro)
+            else:
+                future = asyncio.run_coroutine_threadsafe(coro, loop)
         except RuntimeError:  # the loop is closed: keep everything for the next writer
             coro.close()
             logger.warning("journal write skipped: its event loop is closed")
@@ -112,19 +152,19 @@ class EventBuffer:
     async def _job(self) -> None:
         with self._lock:
             events, self._events = self._events, []
-            summaries = list(self._summaries.values())
+            summaries = list(self._summaries.items())
             self._summaries.clear()
             close_after = self._close_when_empty
             self._close_when_empty = False
         try:
             if events:
-                await self.store.put_batch(events)
+                await self.store.put_batch([_plain_event(event) for event in events])
         except BaseException:
             self._requeue(events, summaries, close_after)
             raise
-        for index, summary in enumerate(summaries):
+        for index, (_, build) in enumerate(summaries):
             try:
-                await self.store.put_run_summary(summary)
+                await self.store.put_run_summary(build())
             except BaseException:
                 self._requeue([], summaries[index:], close_after)
                 raise
@@ -132,16 +172,19 @@ class EventBuffer:
             await self.store.close()
 
     def _requeue(
-        self, events: list[dict[str, Any]], summaries: list[RunSummary], close_after: bool
+        self,
+        events: list[dict[str, Any]],
+        summaries: list[tuple[tuple[str, str], SummaryBuilder]],
+        close_after: bool,
     ) -> None:
         with self._lock:
             self._events[:0] = events
             newer = self._summaries
-            self._summaries = {(s.thread_id, s.run_id): s for s in summaries}
+            self._summaries = dict(summaries)
             self._summaries.update(newer)
             self._close_when_empty = self._close_when_empty or close_after
 
-    def _finished(self, write: _Write, future: concurrent.futures.Future[None]) -> None:
+    def _finished(self, write: _Write, future: Any) -> None:
         error = None if future.cancelled() else future.exception()
         if future.cancelled() or error is not None:
             logger.warning("journal write failed; its events stay buffered: %r", error)
@@ -173,7 +216,7 @@ class EventBuffer:
             if write is None:
                 return
             try:
-                await asyncio.wrap_future(write.future)
+                await write.wait()
             except BaseException:
                 if ours:
                     raise
@@ -194,12 +237,7 @@ class EventBuffer:
             if write.loop is current:
                 return
             try:
-                write.future.result()
+                write.wait_blocking()
             except BaseException:
                 if ours:
                     raise
-
-    def forget_drain(self) -> None:
-        """Stop continuing background writes (the next trigger starts them again)."""
-        with self._lock:
-            self._drain = False

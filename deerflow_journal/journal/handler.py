@@ -179,16 +179,28 @@ class RunJournal(GraphCallbackHandler):
             "thread_id": state.thread_id,
             "run_id": state.run_id,
             "user_id": state.user_id,
-            "created_at": datetime.now(UTC),
+            "created_at": time.time(),
             **event,
         }
         if self._buffer.add(record):
             self._buffer.kick(self._write_loop(state.sync))
 
+    def _queue_summary(self, state: RunState) -> None:
+        """Queue the run's summary; it is built from the run's state when written."""
+
+        def build() -> RunSummary:
+            with self._lock:
+                return state.summary()
+
+        self._buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
+
     def _changed(self, state: RunState) -> None:
         """Tell the progress reporter the completion data changed (call without the lock)."""
         if self._progress is not None:
             self._progress.changed(self._write_loop(state.sync))
+
+    def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
+        return None if parent_run_id is None else self._runs.get(parent_run_id)
 
     def _recorder_state(self) -> RunState:
         latest = self._latest
@@ -250,7 +262,7 @@ class RunJournal(GraphCallbackHandler):
             )
             for event in early:
                 self._emit(state, event)
-            self._buffer.put_summary(state.summary())
+            self._queue_summary(state)
         if sync:
             WorkspaceTracker.wait(snapshot)
 
@@ -350,7 +362,7 @@ class RunJournal(GraphCallbackHandler):
             for tool_call_id, name in state.outcomes.unresolved():
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit(state, terminal)
-            self._buffer.put_summary(state.summary())
+            self._queue_summary(state)
             if self._owns_store and not self._runs:
                 self._buffer.close_store_when_empty()
         trailing = None if self._progress is None else self._progress.finish(loop)
@@ -380,7 +392,7 @@ class RunJournal(GraphCallbackHandler):
     # -- models --------------------------------------------------------------------------------
 
     def _llm_started(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
-        state = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        state = self._parent_run(parent_run_id)
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[run_id] = (time.monotonic(), state.llm_calls)
@@ -441,8 +453,8 @@ class RunJournal(GraphCallbackHandler):
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
-            state = self._runs.get(parent_run_id) if parent_run_id is not None else None
-            if state is None or not state.usage.claim(str(run_id)):
+            state = self._parent_run(parent_run_id)
+            if state is None or not state.usage.claim(run_id):
                 return
             start = state.llm_starts.pop(run_id, None)
             if start is None:
@@ -477,7 +489,7 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write ``llm.error``."""
         with self._lock:
-            state = self._runs.get(parent_run_id) if parent_run_id is not None else None
+            state = self._parent_run(parent_run_id)
             if state is None:
                 return
             state.llm_starts.pop(run_id, None)
@@ -500,7 +512,7 @@ class RunJournal(GraphCallbackHandler):
         """Time the tool and remember which tool call it answers."""
         name = kwargs.get("name") or (serialized or {}).get("name")
         with self._lock:
-            state = self._runs.get(parent_run_id) if parent_run_id is not None else None
+            state = self._parent_run(parent_run_id)
             if state is None:
                 return
             self._runs[run_id] = state
@@ -520,7 +532,7 @@ class RunJournal(GraphCallbackHandler):
         """Write ``llm.tool.result`` for each message the tool returned."""
         messages = mapping.tool_result_messages(output)
         with self._lock:
-            state = self._runs.pop(run_id, None)
+            state = self._runs.pop(run_id, None) or self._parent_run(parent_run_id)
             if state is None:
                 return
             state.tool_starts.pop(run_id, None)
@@ -542,7 +554,7 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write ``tool.error``, unless the "error" is an interrupt or a cancellation."""
         with self._lock:
-            state = self._runs.pop(run_id, None)
+            state = self._runs.pop(run_id, None) or self._parent_run(parent_run_id)
             if state is None:
                 return
             start = state.tool_starts.pop(run_id, None)

@@ -3,6 +3,10 @@
 Every function takes what a callback received and returns the keyword arguments of one event
 (``event_type``, ``category``, ``content``, ``metadata``) or the values they are built from.
 Nothing here does I/O or keeps state, so each rule is testable on its own.
+
+Content may still hold the callback's LangChain messages: ``plain()`` turns them into their
+``model_dump()`` when the batch is written, off the callback path (LangSmith's tracer defers
+serialisation the same way).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ __all__ = [
     "message_text",
     "middleware_event",
     "model_name",
+    "plain",
     "response_messages",
     "run_end_event",
     "run_error_event",
@@ -133,19 +138,22 @@ def run_start_event(
     return _event(RUN_START_EVENT, {"chain": name}, {**(metadata or {}), "caller": caller})
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """Replace pydantic models (LangChain messages) in ``value`` by their ``model_dump()``."""
+    if isinstance(value, str | int | float | bool | None):
+        return value
     if isinstance(value, BaseModel):
         return value.model_dump()
     if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
+        return [plain(item) for item in value]
     return value
 
 
 def run_end_event(outputs: Any) -> EventKwargs:
-    """``run.end`` carrying the root outputs (messages and other models as their dumps)."""
-    return _event(RUN_END_EVENT, _plain(outputs), {"status": "success"})
+    """``run.end`` carrying the root outputs."""
+    return _event(RUN_END_EVENT, outputs, {"status": "success"})
 
 
 def run_error_event(error: BaseException) -> EventKwargs:
@@ -211,12 +219,13 @@ def latest_visible_human(prompts: Sequence[Sequence[BaseMessage]]) -> HumanMessa
 
 def human_input_event(message: HumanMessage) -> EventKwargs:
     """``llm.human.input`` for the lead agent's first visible human message."""
-    return _event(LLM_HUMAN_INPUT_EVENT, message.model_dump(), {"caller": LEAD_AGENT})
+    return _event(LLM_HUMAN_INPUT_EVENT, message, {"caller": LEAD_AGENT})
 
 
 def message_text(message: BaseMessage) -> str:
     """Return the plain text of a message (text blocks joined)."""
-    return str(message.text)
+    content = message.content
+    return content if isinstance(content, str) else str(message.text)
 
 
 def _completion_usage(llm_output: Mapping[str, Any] | None) -> dict[str, int] | None:
@@ -275,7 +284,7 @@ def ai_response_event(
         "latency_ms": latency_ms,
         "llm_call_index": llm_call_index,
     }
-    return _event(LLM_AI_RESPONSE_EVENT, message.model_dump(), metadata)
+    return _event(LLM_AI_RESPONSE_EVENT, message, metadata)
 
 
 def llm_error_event(error: BaseException, caller: str) -> EventKwargs:
@@ -317,7 +326,7 @@ def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:
     tool_call_id = getattr(message, "tool_call_id", None)
     if tool_call_id is not None:
         metadata["tool_call_id"] = tool_call_id
-    return _event(LLM_TOOL_RESULT_EVENT, message.model_dump(), metadata)
+    return _event(LLM_TOOL_RESULT_EVENT, message, metadata)
 
 
 def tool_error_event(

@@ -6,8 +6,9 @@ include reasoning tokens; those details are reported beside the totals, never ad
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
+from uuid import UUID
 
 __all__ = ["TokenCounts", "TokenUsage", "token_counts"]
 
@@ -21,6 +22,8 @@ TokenCounts = dict[str, int]
 
 
 def _int(value: Any) -> int:
+    if type(value) is int:
+        return value if value > 0 else 0
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     return max(int(value), 0)
@@ -37,12 +40,21 @@ def token_counts(usage: Mapping[str, Any] | None) -> TokenCounts:
         "output_tokens": output_tokens,
         "total_tokens": _int(usage.get("total_tokens")) or input_tokens + output_tokens,
     }
-    for bucket, section, key in _DETAILS:
-        details = usage.get(section)
-        value = _int(details.get(key)) if isinstance(details, Mapping) else 0
-        if value:
-            counts[bucket] = value
+    if "input_token_details" in usage or "output_token_details" in usage:
+        for bucket, section, key in _DETAILS:
+            details = usage.get(section)
+            value = _int(details.get(key)) if isinstance(details, Mapping) else 0
+            if value:
+                counts[bucket] = value
     return counts
+
+
+def _source_key(source: Any) -> Hashable:
+    """LangChain run ids are counted as UUIDs, so an external record names them as text."""
+    try:
+        return UUID(str(source))
+    except ValueError:
+        return str(source)
 
 
 class TokenUsage:
@@ -65,7 +77,7 @@ class TokenUsage:
     )
 
     def __init__(self) -> None:
-        self._seen: set[str] = set()
+        self._seen: set[Hashable] = set()
         self.total_input_tokens = 0
         self.total_output_tokens = 0
         self.total_tokens = 0
@@ -75,7 +87,7 @@ class TokenUsage:
         self.middleware_tokens = 0
         self.by_model: dict[str, TokenCounts] = {}
 
-    def claim(self, source_id: str) -> bool:
+    def claim(self, source_id: Hashable) -> bool:
         """Return True the first time ``source_id`` is seen, False on every repeat."""
         if source_id in self._seen:
             return False
@@ -124,7 +136,7 @@ class TokenUsage:
             cache_read = _int(record.get("cache_read_tokens"))
             if cache_read:
                 counts["cache_read_tokens"] = cache_read
-            if not counts["total_tokens"] or not self.claim(str(source)):
+            if not counts["total_tokens"] or not self.claim(_source_key(source)):
                 continue
             caller = record.get("caller")
             model = record.get("model_name")

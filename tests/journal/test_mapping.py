@@ -44,12 +44,23 @@ def test_run_start_carries_the_chain_caller_and_callback_metadata():
     }
 
 
-def test_run_end_dumps_messages_in_the_outputs():
+def test_run_end_carries_the_outputs_with_messages_dumped_when_written():
     event = mapping.run_end_event({"messages": [HumanMessage("hi", id="h")], "n": (1, 2)})
     assert event["event_type"] == "run.end" and event["category"] == "outputs"
     assert event["metadata"] == {"status": "success"}
-    assert event["content"]["messages"][0]["type"] == "human"
-    assert event["content"]["n"] == [1, 2]
+    content = mapping.plain(event["content"])
+    assert content["messages"][0] == HumanMessage("hi", id="h").model_dump()
+    assert content["n"] == [1, 2]
+
+
+def test_plain_dumps_models_anywhere_and_keeps_everything_else():
+    message = AIMessage("x", id="a")
+    assert mapping.plain(message) == message.model_dump()
+    assert mapping.plain({"a": [message, 1, "s", None]}) == {
+        "a": [message.model_dump(), 1, "s", None]
+    }
+    marker = object()
+    assert mapping.plain(marker) is marker
 
 
 def test_run_error_names_the_error_type():
@@ -117,7 +128,7 @@ def test_human_input_is_the_message_dump_for_the_lead_agent():
     message = HumanMessage("hi", id="h1")
     event = mapping.human_input_event(message)
     assert event["event_type"] == "llm.human.input" and event["category"] == "message"
-    assert event["content"] == message.model_dump()
+    assert mapping.plain(event["content"]) == message.model_dump()
     assert event["metadata"] == {"caller": "lead_agent"}
 
 
@@ -125,7 +136,8 @@ def test_ai_response_is_the_message_dump_with_call_metadata():
     message = ai("hello", calls=[("add", {"a": 1}, "c1")], msg_id="m1")
     event = mapping.ai_response_event(message, caller="lead_agent", latency_ms=7, llm_call_index=2)
     assert event["event_type"] == "llm.ai.response" and event["category"] == "message"
-    assert event["content"] == message.model_dump() and event["content"]["type"] == "ai"
+    content = mapping.plain(event["content"])
+    assert content == message.model_dump() and content["type"] == "ai"
     assert event["metadata"] == {
         "caller": "lead_agent",
         "usage": dict(message.usage_metadata),
@@ -189,7 +201,7 @@ def test_tool_message_output_is_one_tool_result():
     assert mapping.tool_result_messages(message) == [message]
     event = mapping.tool_result_event(message, "lead_agent")
     assert event["event_type"] == "llm.tool.result" and event["category"] == "message"
-    assert event["content"] == message.model_dump()
+    assert mapping.plain(event["content"]) == message.model_dump()
     assert event["metadata"] == {"caller": "lead_agent", "tool_call_id": "c1"}
 
 

@@ -97,9 +97,11 @@ async def test_chunks_from_the_custom_stream_are_recorded_by_the_caller():
         recorded.append(journal.record_subagent_chunk(chunk))
     assert recorded == [True, True, False, True]
     types = [e["event_type"] for e in await run_events(journal)]
-    assert types[:4] == ["run.start", "llm.human.input", "llm.ai.response", *SUBAGENT_TYPES[:1]]
+    # The stream reaches the caller while the graph goes on: the chunks land in the run, in
+    # order, somewhere after the model asked for the tool.
     assert [t for t in types if t.startswith("subagent.")] == SUBAGENT_TYPES
-    assert types[-1] == "run.end"
+    assert types.index("subagent.start") > types.index("llm.ai.response")
+    assert (types[0], types[-1]) == ("run.start", "run.end")
 
 
 async def test_record_subagent_chunks_counts_the_well_formed_ones():

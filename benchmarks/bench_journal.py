@@ -1,0 +1,228 @@
+"""RunJournal overhead: time inside the callbacks, and whole agent runs against no callbacks.
+
+Run: ``.venv/bin/python benchmarks/bench_journal.py [--runs 500] [--invocations 200]``.
+Prints one line per figure:
+
+- callback cost: a simulated run driven by direct callback calls (root start, then 10 x [chat
+  model start, LLM end with usage, tool end], root end) on the memory store, in microseconds
+  per callback spent inside the callbacks (writes happen between runs and are not counted);
+- end to end: one LangGraph agent (3 model calls, 2 tool calls per run, a model that answers
+  at once) invoked with ``ainvoke`` without callbacks, with a no-op handler, and journaled to
+  the memory and SQLite stores; each figure is the median of interleaved rounds, as a ratio to
+  no callbacks. A journal's writes are included: the clock stops when they are all stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import itertools
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+from deerflow_journal import MemoryRunEventStore, RunEventStore, RunJournal
+
+USAGE = {"input_tokens": 812, "output_tokens": 64, "total_tokens": 876}
+PROMPT = [[HumanMessage("What is the weather in Paris and in Oslo?")]]
+CALLBACKS_PER_RUN = 2 + 10 * 3
+
+
+def line(name: str, value: str, note: str = "") -> None:
+    """Print one figure."""
+    print(f"{name}: {value}" + (f"  ({note})" if note else ""), flush=True)
+
+
+# -- callback cost -----------------------------------------------------------------------------
+
+
+def tool_turn(i: int) -> tuple[LLMResult, ToolMessage]:
+    call_id = f"call_{i}"
+    message = AIMessage(
+        content=f"checking step {i}",
+        tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": call_id}],
+        usage_metadata=USAGE,
+        response_metadata={"model_name": "fake-chat"},
+    )
+    result = LLMResult(generations=[[ChatGeneration(message=message)]])
+    return result, ToolMessage(f"sunny {i}", tool_call_id=call_id, name="weather")
+
+
+def simulated_run(journal: RunJournal, turns: list[tuple[LLMResult, ToolMessage]]) -> float:
+    """Drive one run through the callbacks; return the CPU seconds spent inside them.
+
+    CPU time of this thread, not wall time, so other processes on the machine do not count.
+    """
+    root = uuid.uuid4()
+    ids = [(uuid.uuid4(), uuid.uuid4()) for _ in turns]
+    started = time.thread_time()
+    journal.on_chain_start(None, {}, run_id=root, name="agent", metadata={"thread_id": "bench"})
+    for (model_run, tool_run), (result, output) in zip(ids, turns, strict=True):
+        journal.on_chat_model_start({}, PROMPT, run_id=model_run, parent_run_id=root)
+        journal.on_llm_end(result, run_id=model_run, parent_run_id=root)
+        journal.on_tool_end(output, run_id=tool_run, parent_run_id=root)
+    journal.on_chain_end({"messages": []}, run_id=root)
+    return time.thread_time() - started
+
+
+async def callback_cost(runs: int) -> float:
+    """Microseconds per callback over ``runs`` simulated runs on the memory store."""
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    turns = [tool_turn(i) for i in range(10)]
+    for _ in range(20):  # warm up
+        simulated_run(journal, turns)
+        await journal.flush()
+    inside = 0.0
+    for _ in range(runs):
+        inside += simulated_run(journal, turns)
+        await asyncio.sleep(0)  # let the background write of this run go
+    await journal.flush()
+    return inside / (runs * CALLBACKS_PER_RUN) * 1e6
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+
+@tool
+def weather(city: str) -> str:
+    """Return the weather of a city."""
+    return f"sunny in {city}"
+
+
+def build_agent() -> Any:
+    """3 model calls (two ask for a tool) and 2 tool calls per run; the model answers at once."""
+    script = [
+        AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": "c1"}]),
+        AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "Oslo"}, "id": "c2"}]),
+        AIMessage("Sunny in both."),
+    ]
+    for message in script:
+        message.usage_metadata = dict(USAGE)  # type: ignore[assignment]
+        message.response_metadata = {"model_name": "fake-chat"}
+    model = GenericFakeChatModel(messages=itertools.cycle(script))
+
+    async def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", RunnableLambda(call_model))
+    graph.add_node("tools", ToolNode([weather]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+class NoopHandler(BaseCallbackHandler):
+    """A handler that does nothing (inline, like the journal), to price the callback system."""
+
+    run_inline = True
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+        """Accept chat model starts (the base class raises to fall back to ``on_llm_start``)."""
+
+
+Variant = Callable[[Any, int], Awaitable[None]]
+
+
+def plain(handler: Callable[[], BaseCallbackHandler] | None) -> Variant:
+    async def run(agent: Any, count: int) -> None:
+        for i in range(count):
+            config = {} if handler is None else {"callbacks": [handler()]}
+            await agent.ainvoke({"messages": [HumanMessage(f"weather {i}?")]}, config)
+
+    return run
+
+
+def journaled(store: RunEventStore) -> Variant:
+    async def run(agent: Any, count: int) -> None:
+        journals = []
+        for i in range(count):
+            journal = RunJournal(thread_id="bench", event_store=store)
+            await agent.ainvoke(
+                {"messages": [HumanMessage(f"weather {i}?")]}, {"callbacks": [journal]}
+            )
+            journals.append(journal)
+        for journal in journals:
+            await journal.flush()
+
+    return run
+
+
+async def end_to_end(invocations: int, rounds: int) -> dict[str, float]:
+    """Median seconds per variant for ``invocations`` ainvoke calls, over interleaved rounds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        variants: dict[str, Variant] = {
+            "no callbacks": plain(None),
+            "no-op handler": plain(NoopHandler),
+            "journal+memory": journaled(MemoryRunEventStore()),
+        }
+        sqlite = None
+        if importlib.util.find_spec("deerflow_journal.stores.sqlite") is not None:
+            from deerflow_journal.stores.sqlite import SqliteRunEventStore
+
+            sqlite = SqliteRunEventStore(str(Path(tmp) / "bench.db"))
+            await sqlite.setup()
+            variants["journal+sqlite"] = journaled(sqlite)
+        agent = build_agent()
+        for variant in variants.values():
+            await variant(agent, 20)  # warm up
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(rounds):
+            for name, variant in variants.items():
+                started = time.perf_counter()
+                await variant(agent, invocations)
+                times[name].append(time.perf_counter() - started)
+        if sqlite is not None:
+            await sqlite.close()
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+async def main(runs: int, invocations: int, rounds: int) -> None:
+    """Measure and print every figure."""
+    cost = await callback_cost(runs)
+    line(
+        "callback cost",
+        f"{cost:.2f} us per callback",
+        f"{runs} runs x {CALLBACKS_PER_RUN} callbacks, memory store; target <= 4 us",
+    )
+    medians = await end_to_end(invocations, rounds)
+    base = medians["no callbacks"]
+    line(
+        f"ainvoke x{invocations} no callbacks",
+        f"{base / invocations * 1e3:.2f} ms per run",
+        f"median of {rounds} rounds",
+    )
+    targets = {"journal+memory": "target <= 1.10x", "journal+sqlite": "target <= 1.15x"}
+    for name in ("no-op handler", "journal+memory", "journal+sqlite"):
+        if name not in medians:
+            line(f"ainvoke x{invocations} {name}", "not measured", "store not available")
+            continue
+        ratio = medians[name] / base
+        line(f"ainvoke x{invocations} {name}", f"{ratio:.3f}x no callbacks", targets.get(name, ""))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=500, help="simulated runs for callback cost")
+    parser.add_argument("--invocations", type=int, default=200, help="ainvoke calls per round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per variant")
+    args = parser.parse_args()
+    asyncio.run(main(args.runs, args.invocations, args.rounds))
