@@ -210,11 +210,13 @@ def normalise_event(
     *,
     max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
     index: int | None = None,
+    now: str | None = None,
 ) -> PendingEvent:
     """Validate one event mapping (``put`` keyword arguments) and normalise it for storage.
 
     Raises ``TypeError``/``ValueError`` naming the field, prefixed with ``event {index}:``
-    when the event is part of a batch.
+    when the event is part of a batch. ``now`` is the timestamp for events without
+    ``created_at`` (a batch shares one).
     """
     where = "" if index is None else f"event {index}: "
     if not isinstance(event, Mapping):
@@ -265,7 +267,11 @@ def normalise_event(
         metadata=orjson.loads(metadata_json),
         content_json=content_json,
         metadata_json=metadata_json,
-        created_at=normalise_created_at(event.get("created_at"), f"{where}created_at"),
+        created_at=(
+            now
+            if now is not None and event.get("created_at") is None
+            else normalise_created_at(event.get("created_at"), f"{where}created_at")
+        ),
         user_id=user_id,
     )
 
@@ -286,8 +292,9 @@ def normalise_batch(
     """Normalise a whole batch before anything is written; errors name the event's index."""
     if isinstance(events, str | bytes | Mapping) or not isinstance(events, Sequence):
         raise TypeError(f"events must be a list of event dicts, got {type(events).__name__}")
+    now = normalise_created_at(None)
     return [
-        normalise_event(event, max_trace_content=max_trace_content, index=i)
+        normalise_event(event, max_trace_content=max_trace_content, index=i, now=now)
         for i, event in enumerate(events)
     ]
 

@@ -46,16 +46,18 @@ def open_store(url: str | None = None, **options: Any) -> RunEventStore:
         known = ", ".join(f"{s}://" for s in _SCHEMES)
         raise ValueError(f"unknown store URL {url!r}; known schemes: {known}")
     module_name, class_name, takes_path = _SCHEMES[scheme]
-    store_class = getattr(importlib.import_module(module_name), class_name)
     if scheme == "memory":
         if rest:
             raise ValueError(f"memory:// takes no path, got {url!r}")
-        return store_class(**options)
-    if takes_path:
+        args: tuple[str, ...] = ()
+    elif takes_path:
         if not rest.startswith("/") or rest == "/":
             raise ValueError(
                 f"{scheme} URL needs a path after three slashes ({scheme}:///relative or "
                 f"{scheme}:////absolute), got {url!r}"
             )
-        return store_class(rest[1:], **options)
-    return store_class(f"postgresql://{rest}", **options)
+        args = (rest[1:],)
+    else:
+        args = (f"postgresql://{rest}",)
+    store_class = getattr(importlib.import_module(module_name), class_name)
+    return store_class(*args, **options)

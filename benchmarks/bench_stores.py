@@ -1,0 +1,210 @@
+"""Store write and read throughput against a plain aiosqlite floor measured in the same run.
+
+Run: ``.venv/bin/python benchmarks/bench_stores.py [--events 20000] [--read-sizes 10000,100000]``.
+Prints one line per figure and the ratios the issues set targets for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from workloads import THREAD, line, make_events, median_seconds
+
+from deerflow_journal import MemoryRunEventStore, RunEventStore, open_store
+
+FLOOR_SCHEMA = """
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY, thread_id TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    event_type TEXT NOT NULL, category TEXT NOT NULL, content TEXT NOT NULL,
+    metadata TEXT NOT NULL, created_at TEXT NOT NULL, user_id TEXT,
+    UNIQUE (thread_id, seq));
+CREATE INDEX ix_events_cat ON events (thread_id, category, seq);
+CREATE INDEX ix_events_run ON events (thread_id, run_id, seq);
+"""
+INSERT = (
+    "INSERT INTO events (thread_id, run_id, seq, event_type, category, content, metadata,"
+    " created_at, user_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class Floor:
+    """The least a correct SQLite writer does per batch, through plain aiosqlite."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self.db = db
+
+    @classmethod
+    async def open(cls, path: Path) -> Floor:
+        db = await aiosqlite.connect(path, isolation_level=None)
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.executescript(FLOOR_SCHEMA)
+        return cls(db)
+
+    async def put_batch(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000+00:00", time.gmtime())
+        encoded = [(json.dumps(e["content"]), json.dumps(e.get("metadata") or {})) for e in events]
+        await self.db.execute("BEGIN IMMEDIATE")
+        async with self.db.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE thread_id = ?", (THREAD,)
+        ) as cursor:
+            (last,) = await cursor.fetchone()
+        rows = [
+            (
+                e["thread_id"],
+                e["run_id"],
+                last + i + 1,
+                e["event_type"],
+                e["category"],
+                c,
+                m,
+                now,
+                None,
+            )
+            for i, (e, (c, m)) in enumerate(zip(events, encoded, strict=True))
+        ]
+        await self.db.executemany(INSERT, rows)
+        await self.db.execute("COMMIT")
+        return [
+            {**e, "seq": row[2], "created_at": now, "user_id": None}
+            for e, row in zip(events, rows, strict=True)
+        ]
+
+    async def close(self) -> None:
+        await self.db.close()
+
+
+def candidate_stores(tmp: Path) -> dict[str, Callable[[], RunEventStore]]:
+    """The backends this checkout has, each on a fresh location under ``tmp``."""
+    stores: dict[str, Callable[[], RunEventStore]] = {"memory": MemoryRunEventStore}
+    for name, url in (("sqlite", f"sqlite:///{tmp}/store.db"), ("jsonl", f"jsonl:///{tmp}/jl")):
+        try:
+            open_store(url)
+        except ImportError:
+            continue
+        stores[name] = lambda url=url: open_store(url)
+    return stores
+
+
+async def write_rate(store: Any, events: list[dict[str, Any]], batch: int) -> float:
+    """Events per second writing ``events`` in batches of ``batch`` (1: single puts)."""
+    start = time.perf_counter()
+    if batch == 1:
+        for event in events:
+            await store.put_batch([event]) if isinstance(store, Floor) else await store.put(**event)
+    else:
+        for i in range(0, len(events), batch):
+            await store.put_batch(events[i : i + batch])
+    return len(events) / (time.perf_counter() - start)
+
+
+async def bench_writes(tmp: Path, count: int, singles: int) -> None:
+    events = make_events(count, 50)
+    single_events = make_events(singles, 5, thread_id=THREAD)
+    floor = await Floor.open(tmp / "floor.db")
+    floor_batch = await write_rate(floor, events, 20)
+    floor_single = await write_rate(floor, single_events, 1)
+    await floor.close()
+    line("write floor aiosqlite put_batch(20)", floor_batch, "events/s")
+    line("write floor aiosqlite single put", floor_single, "events/s")
+    for name, make in candidate_stores(tmp).items():
+        async with make() as store:
+            batch_rate = await write_rate(store, events, 20)
+            single_rate = await write_rate(store, single_events, 1)
+        line(
+            f"write {name} put_batch(20)",
+            batch_rate,
+            "events/s",
+            f"{batch_rate / floor_batch:.2f}x floor",
+        )
+        line(
+            f"write {name} single put",
+            single_rate,
+            "events/s",
+            f"{single_rate / floor_single:.2f}x floor",
+        )
+
+
+async def read_figures(store: RunEventStore, thread: str, first_seq: int, total: int) -> dict:
+    """Median latency (µs) of each read path on ``thread``, which holds ``total`` events."""
+    middle = first_seq + total // 2
+    run = "run-0025"
+    queries = {
+        "list_messages latest page": lambda: store.list_messages(thread, limit=50),
+        "list_messages before_seq middle": lambda: store.list_messages(
+            thread, limit=50, before_seq=middle
+        ),
+        "list_events event_types": lambda: store.list_events(
+            thread, run, event_types=["llm.tool.result"], limit=50
+        ),
+        "list_events task_id": lambda: store.list_events(thread, run, task_id="task-1", limit=50),
+        "count_messages": lambda: store.count_messages(thread),
+        "scoped list_messages latest page": lambda: store.list_messages(
+            thread, limit=50, user_id="bench-user"
+        ),
+        "scoped list_messages before_seq middle": lambda: store.list_messages(
+            thread, limit=50, before_seq=middle, user_id="bench-user"
+        ),
+        "scoped count_messages": lambda: store.count_messages(thread, user_id="bench-user"),
+    }
+    return {label: await median_seconds(fn) * 1e6 for label, fn in queries.items()}
+
+
+async def fill_thread(store: RunEventStore, thread: str, size: int) -> int:
+    """Write ``size`` small events (half of them a user's) to ``thread``; return the first seq."""
+    events = make_events(size, 50, thread_id=thread, text_bytes=200)
+    for event in events[::2]:
+        event["user_id"] = "bench-user"
+    first = None
+    for i in range(0, size, 1000):
+        written = await store.put_batch(events[i : i + 1000])
+        first = first or written[0]["seq"]
+    return first
+
+
+async def bench_reads(tmp: Path, sizes: list[int]) -> None:
+    for name, make in candidate_stores(tmp).items():
+        figures: dict[int, dict[str, float]] = {}
+        async with make() as store:
+            for size in sizes:
+                thread = f"{THREAD}-{size}"
+                first = await fill_thread(store, thread, size)
+                figures[size] = await read_figures(store, thread, first, size)
+                for label, micros in figures[size].items():
+                    line(f"read {name} {size:,} {label}", micros, "µs")
+        if len(sizes) > 1:
+            small, big = figures[sizes[0]], figures[sizes[-1]]
+            for label in small:
+                ratio = big[label] / small[label]
+                print(f"read {name} {label}: {sizes[-1]:,} vs {sizes[0]:,} = {ratio:.2f}x")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--singles", type=int, default=2000)
+    parser.add_argument("--read-sizes", default="10000,100000")
+    parser.add_argument("--skip-reads", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        await bench_writes(Path(tmp), args.events, args.singles)
+    if not args.skip_reads:
+        with tempfile.TemporaryDirectory() as tmp:
+            await bench_reads(Path(tmp), [int(s) for s in args.read_sizes.split(",")])
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

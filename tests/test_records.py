@@ -1,0 +1,187 @@
+"""The shared normalisation (SPEC §3) and ``open_store`` URL handling (SPEC §4)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from deerflow_journal import AUTO, MemoryRunEventStore, current_user_id, user_scope
+from deerflow_journal.records import (
+    decode_json,
+    encode_json,
+    normalise_batch,
+    normalise_created_at,
+    normalise_event,
+    resolve_read_user,
+)
+from deerflow_journal.stores import DEFAULT_STORE_URL, STORE_URL_ENV, default_store_url, open_store
+
+
+def event(**extra):
+    return {
+        "thread_id": "t",
+        "run_id": "r",
+        "event_type": "llm.error",
+        "category": "trace",
+        **extra,
+    }
+
+
+def test_normalise_event_returns_plain_values_and_their_json_text():
+    pending = normalise_event(event(content={"when": datetime(2026, 1, 1, tzinfo=UTC)}))
+    assert pending.content == {"when": "2026-01-01 00:00:00+00:00"}
+    assert decode_json(pending.content_json) == pending.content
+    assert pending.metadata == {} and pending.metadata_json == "{}"
+    assert pending.user_id is None
+
+
+def test_content_defaults_to_an_empty_string():
+    assert normalise_event(event()).content == ""
+
+
+def test_truncation_can_be_disabled_and_is_validated():
+    assert normalise_event(event(content="x" * 20000), max_trace_content=None).content == (
+        "x" * 20000
+    )
+    with pytest.raises(ValueError, match="max_trace_content"):
+        MemoryRunEventStore(max_trace_content=0)
+    with pytest.raises(ValueError, match="max_trace_content"):
+        MemoryRunEventStore(max_trace_content=True)
+
+
+def test_truncation_keeps_existing_metadata():
+    pending = normalise_event(
+        event(content="y" * 50, metadata={"caller": "lead_agent"}), max_trace_content=10
+    )
+    assert pending.metadata == {
+        "caller": "lead_agent",
+        "content_truncated": True,
+        "original_byte_length": 50,
+    }
+
+
+def test_error_outside_a_batch_has_no_index_prefix():
+    with pytest.raises(ValueError) as info:
+        normalise_event(event(thread_id=""))
+    assert str(info.value).startswith("thread_id")
+
+
+def test_normalise_batch_rejects_a_mapping_and_names_non_mapping_events():
+    with pytest.raises(TypeError, match="list"):
+        normalise_batch(event())
+    with pytest.raises(TypeError, match="event 1: an event must be a mapping"):
+        normalise_batch([event(), "nope"])
+
+
+def test_missing_required_field_is_named():
+    incomplete = event()
+    del incomplete["category"]
+    with pytest.raises(ValueError, match="category is required"):
+        normalise_event(incomplete)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (datetime(2026, 1, 1, 12), "2026-01-01T12:00:00.000000+00:00"),
+        (
+            datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=-7))),
+            "2026-01-01T19:00:00.000000+00:00",
+        ),
+        ("2026-01-01T12:00:00Z", "2026-01-01T12:00:00.000000+00:00"),
+        ("2026-01-01 12:00:00.5+01:00", "2026-01-01T11:00:00.500000+00:00"),
+        ("2026-01-01", "2026-01-01T00:00:00.000000+00:00"),
+    ],
+)
+def test_created_at_is_normalised_to_aware_utc(value, expected):
+    assert normalise_created_at(value) == expected
+
+
+def test_created_at_of_another_type_is_a_type_error():
+    with pytest.raises(TypeError, match="created_at"):
+        normalise_created_at(1700000000)  # type: ignore[arg-type]
+
+
+def test_encode_json_matches_json_dumps_default_str_for_ordinary_values():
+    import json
+
+    value = {"a": [1, 2.5, None, True], "b": {"c": "é"}, "d": {1, 2}, "e": (1,)}
+    assert decode_json(encode_json(value)) == json.loads(json.dumps(value, default=str))
+
+
+def test_encode_json_replaces_nul_but_not_an_escaped_backslash_u0000():
+    assert decode_json(encode_json("a\x00b")) == "a\ufffdb"
+    literal = "a\\u0000b"
+    assert decode_json(encode_json(literal)) == literal
+    assert decode_json(encode_json("\\\x00")) == "\\\ufffd"
+
+
+def test_user_scope_nests_and_resets():
+    assert current_user_id() is None
+    with user_scope("a"):
+        assert current_user_id() == "a"
+        with user_scope(None):
+            assert current_user_id() is None
+        assert current_user_id() == "a"
+    assert current_user_id() is None
+
+
+async def test_user_scope_is_per_task():
+    async def read_in(user: str) -> str | None:
+        with user_scope(user):
+            await asyncio.sleep(0)
+            return current_user_id()
+
+    assert await asyncio.gather(read_in("a"), read_in("b")) == ["a", "b"]
+
+
+def test_resolve_read_user():
+    assert resolve_read_user(AUTO) is None
+    with user_scope("u"):
+        assert resolve_read_user(AUTO) == "u"
+        assert resolve_read_user(None) is None
+        assert resolve_read_user("v") == "v"
+    assert repr(AUTO) == "AUTO"
+
+
+# -- open_store -----------------------------------------------------------------------------
+
+
+def test_unknown_scheme_lists_the_known_ones():
+    with pytest.raises(ValueError) as info:
+        open_store("redis://localhost")
+    message = str(info.value)
+    for scheme in ("memory://", "jsonl://", "sqlite://", "postgresql://"):
+        assert scheme in message
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite://relative.db", "jsonl://", "nothing"])
+def test_malformed_urls_are_value_errors(url):
+    with pytest.raises(ValueError):
+        open_store(url)
+
+
+def test_memory_url_takes_no_path():
+    assert isinstance(open_store("memory://"), MemoryRunEventStore)
+    with pytest.raises(ValueError):
+        open_store("memory://somewhere")
+
+
+def test_open_store_rejects_a_non_string():
+    with pytest.raises(TypeError):
+        open_store(Path("x.db"))  # type: ignore[arg-type]
+
+
+def test_default_url_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(STORE_URL_ENV, raising=False)
+    assert default_store_url() == DEFAULT_STORE_URL == "sqlite:///.deer-flow/journal.db"
+    monkeypatch.setenv(STORE_URL_ENV, "memory://")
+    assert default_store_url() == "memory://"
+    assert isinstance(open_store(), MemoryRunEventStore)
+
+
+def test_options_reach_the_constructor():
+    assert open_store("memory://", max_trace_content=5).max_trace_content == 5
