@@ -1,5 +1,7 @@
 """deerflow-journal: a durable, queryable record of LangChain and LangGraph agent runs."""
 
+from typing import Any
+
 from deerflow_journal.catalog import (
     FIXED_RUN_EVENT_DEFINITIONS,
     JOURNAL_RUN_EVENT_DEFINITIONS,
@@ -88,6 +90,7 @@ __all__ = [
     "WORKSPACE_CHANGES_EVENT",
     "WORKSPACE_RUN_EVENT_DEFINITIONS",
     "MemoryRunEventStore",
+    "PostgresRunEventStore",
     "RunEvent",
     "RunEventDefinition",
     "RunEventPattern",
@@ -102,3 +105,12 @@ __all__ = [
     "user_scope",
     "validate_event",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresRunEventStore is imported on first use, so psycopg stays an optional extra.
+    if name == "PostgresRunEventStore":
+        from deerflow_journal.stores.postgres import PostgresRunEventStore
+
+        return PostgresRunEventStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
