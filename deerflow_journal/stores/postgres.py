@@ -87,8 +87,8 @@ _COLUMNS = (
     "user_id"
 )
 _INSERT_BATCH = """WITH b AS (
-    SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                         %s::text[], %s::text[], %s::text[], %s::text[])
+    SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                         %b::text[], %b::text[], %b::text[], %b::text[])
         WITH ORDINALITY AS b (thread_id, run_id, event_type, category, content, metadata,
                               created_at, user_id, task_id, caller, ord)
 ), n AS (
@@ -167,7 +167,7 @@ class PostgresRunEventStore(RunEventStore):
     async def _setup(self) -> None:
         if self._pool is None:
             self._pool = await _open_pool(self._dsn)
-        async with self._transaction() as (_, cur):
+        async with self._connection() as (conn, cur), _atomic(conn):
             await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
             await cur.execute(_MIGRATIONS_TABLE)
             await cur.execute("SELECT coalesce(max(v), -1) FROM run_event_migrations")
@@ -182,32 +182,27 @@ class PostgresRunEventStore(RunEventStore):
             await pool.close()
 
     @contextlib.asynccontextmanager
-    async def _cursor(self) -> AsyncIterator[AsyncCursor[TupleRow]]:
+    async def _connection(
+        self,
+    ) -> AsyncIterator[tuple[AsyncConnection[Any], AsyncCursor[TupleRow]]]:
+        # Our own cursor and row factory: a shared pool may hand out dict rows.
         assert self._pool is not None
         async with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-            yield cur
-
-    @contextlib.asynccontextmanager
-    async def _transaction(
-        self, *, pipeline: bool = False
-    ) -> AsyncIterator[tuple[AsyncConnection[Any], AsyncCursor[TupleRow]]]:
-        assert self._pool is not None
-        async with self._pool.connection() as conn:
-            piped = conn.pipeline() if pipeline and _PIPELINE else contextlib.nullcontext()
-            async with piped, conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-                yield conn, cur
+            yield conn, cur
 
     # -- writes ------------------------------------------------------------------------------
 
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        async with self._transaction(pipeline=True) as (conn, cur):
-            await _lock_threads(conn, {e.thread_id for e in events})
-            await cur.execute(_INSERT_BATCH, _batch_columns(events))
+        async with self._connection() as (conn, cur):
+            async with _atomic(conn, pipeline=True):
+                await _lock_threads(conn, {e.thread_id for e in events})
+                await cur.execute(_INSERT_BATCH, _batch_columns(events))
+            # Fetched after COMMIT, so the whole batch costs one round trip.
             last_seqs = dict(await cur.fetchall())
         return _assign_seqs(events, last_seqs)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        async with self._transaction(pipeline=True) as (conn, cur):
+        async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
             await _lock_threads(conn, {event.thread_id})
             await cur.execute(_FIND_TYPE_IN_RUN, (event.thread_id, event.run_id, event.event_type))
             existing = await cur.fetchone()
@@ -220,7 +215,7 @@ class PostgresRunEventStore(RunEventStore):
     # -- reads -------------------------------------------------------------------------------
 
     async def _select(self, sql: str, params: Sequence[Any]) -> list[TupleRow]:
-        async with self._cursor() as cur:
+        async with self._connection() as (_, cur):
             await cur.execute(sql, params)
             return await cur.fetchall()
 
@@ -286,7 +281,7 @@ class PostgresRunEventStore(RunEventStore):
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
-        async with self._transaction() as (_, cur):
+        async with self._connection() as (conn, cur), _atomic(conn):
             await cur.execute(f"DELETE FROM run_events WHERE {where}", params)
             deleted = cur.rowcount
             await cur.execute(f"DELETE FROM run_summaries WHERE {where}", params)
@@ -296,7 +291,7 @@ class PostgresRunEventStore(RunEventStore):
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
         params = (summary["thread_id"], summary["run_id"], summary["user_id"])
-        async with self._cursor() as cur:
+        async with self._connection() as (_, cur):
             await cur.execute(_UPSERT_SUMMARY, (*params, _jsonb_text(encode_json(summary))))
 
     async def _get_run_summary(
@@ -328,6 +323,14 @@ async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
         await pool.close()
         raise
     return pool
+
+
+@contextlib.asynccontextmanager
+async def _atomic(conn: AsyncConnection[Any], *, pipeline: bool = False) -> AsyncIterator[None]:
+    """A transaction; with ``pipeline`` its statements and COMMIT are sent without waiting."""
+    piped = conn.pipeline() if pipeline and _PIPELINE else contextlib.nullcontext()
+    async with piped, conn.transaction():
+        yield
 
 
 async def _lock_threads(conn: AsyncConnection[Any], thread_ids: set[str]) -> None:
