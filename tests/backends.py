@@ -16,7 +16,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from deerflow_journal import MemoryRunEventStore, RunEventStore
+from deerflow_journal import JsonlRunEventStore, MemoryRunEventStore, RunEventStore
 
 
 class Backend:
@@ -53,6 +53,16 @@ class MemoryBackend(Backend):
 
     def url(self) -> str:
         return "memory://"
+
+
+class JsonlBackend(Backend):
+    name = "jsonl"
+
+    def make(self, **options: Any) -> RunEventStore:
+        return JsonlRunEventStore(self.tmp_path / "jsonl", **options)
+
+    def url(self) -> str:
+        return f"jsonl:///{(self.tmp_path / 'jsonl').resolve()}"
 
 
 PG_DSN_ENV = "DEERFLOW_JOURNAL_TEST_PG_DSN"
@@ -120,4 +130,4 @@ class PostgresBackend(Backend):
             await c.execute(f"DROP SCHEMA {self.schema} CASCADE")
 
 
-BACKENDS: list[type[Backend]] = [MemoryBackend, PostgresBackend]
+BACKENDS: list[type[Backend]] = [MemoryBackend, JsonlBackend, PostgresBackend]
