@@ -70,30 +70,30 @@ def assert_agent_summary(summary: RunSummary) -> None:
 # -- one tool-calling agent, three ways to run it -------------------------------------------
 
 
-async def test_agent_under_ainvoke(journal_store):
-    journal = RunJournal(event_store=journal_store)
+async def test_agent_under_ainvoke(store):
+    journal = RunJournal(event_store=store)
     await tool_agent().ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == AGENT_SEQUENCE
     assert_agent_summary(summary)
 
 
-async def test_agent_under_astream(journal_store):
-    journal = RunJournal(event_store=journal_store)
+async def test_agent_under_astream(store):
+    journal = RunJournal(event_store=store)
     updates = [u async for u in tool_agent().astream(QUESTION, {"callbacks": [journal]})]
     assert len(updates) == 3
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == AGENT_SEQUENCE
     assert_agent_summary(summary)
 
 
-async def test_agent_under_invoke_is_complete_when_invoke_returns(journal_store):
-    journal = RunJournal(event_store=journal_store)
+async def test_agent_under_invoke_is_complete_when_invoke_returns(store):
+    journal = RunJournal(event_store=store)
     # A plain invoke on a thread with no running loop, as a sync program makes it; no flush.
     await asyncio.to_thread(tool_agent().invoke, QUESTION, {"callbacks": [journal]})
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == AGENT_SEQUENCE
     assert_agent_summary(summary)
 
@@ -126,21 +126,21 @@ PARALLEL_SEQUENCE = [
 ]
 
 
-async def test_parallel_tool_calls_under_ainvoke(journal_store):
-    journal = RunJournal(event_store=journal_store)
+async def test_parallel_tool_calls_under_ainvoke(store):
+    journal = RunJournal(event_store=store)
     await parallel_agent().ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == PARALLEL_SEQUENCE
-    results = [e for e in await run_events(journal_store, journal) if e["category"] == "message"]
+    results = [e for e in await run_events(store, journal) if e["category"] == "message"]
     assert {e["content"]["tool_call_id"] for e in results[2:4]} == {"p1", "p2"}
     assert summary.status == "success" and summary.message_count == 5
 
 
-async def test_parallel_tool_calls_under_invoke_on_worker_threads(journal_store):
-    journal = RunJournal(event_store=journal_store)
+async def test_parallel_tool_calls_under_invoke_on_worker_threads(store):
+    journal = RunJournal(event_store=store)
     await asyncio.to_thread(parallel_agent().invoke, QUESTION, {"callbacks": [journal]})
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == PARALLEL_SEQUENCE
     assert summary.status == "success" and summary.llm_call_count == 2
 
@@ -153,11 +153,11 @@ def exploding_agent(handled: bool) -> Any:
     return agent_graph(model, [explode], handle_tool_errors=handled)
 
 
-async def test_a_handled_tool_error_is_its_calls_outcome(journal_store):
-    journal = RunJournal(event_store=journal_store)
+async def test_a_handled_tool_error_is_its_calls_outcome(store):
+    journal = RunJournal(event_store=store)
     await exploding_agent(handled=True).ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -166,7 +166,7 @@ async def test_a_handled_tool_error_is_its_calls_outcome(journal_store):
         "llm.ai.response",
         "run.end",
     ]
-    error = (await run_events(journal_store, journal))[3]
+    error = (await run_events(store, journal))[3]
     assert error["content"] == {
         "tool_call_id": "e1",
         "name": "explode",
@@ -177,12 +177,12 @@ async def test_a_handled_tool_error_is_its_calls_outcome(journal_store):
     assert summary.status == "success"
 
 
-async def test_an_unhandled_tool_error_fails_the_run(journal_store):
-    journal = RunJournal(event_store=journal_store)
+async def test_an_unhandled_tool_error_fails_the_run(store):
+    journal = RunJournal(event_store=store)
     with pytest.raises(RuntimeError, match="disk full"):
         await exploding_agent(handled=False).ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -194,14 +194,14 @@ async def test_an_unhandled_tool_error_fails_the_run(journal_store):
     assert summary.error == {"type": "RuntimeError", "message": "tool exploded: disk full"}
 
 
-async def test_a_failed_run_leaves_unanswered_calls_unresolved(journal_store):
+async def test_a_failed_run_leaves_unanswered_calls_unresolved(store):
     calls = [("explode", {"reason": "x"}, "f1"), ("never_runs", {}, "f2")]
     graph = agent_graph(scripted(ai("", calls=calls)), [explode], handle_tool_errors=False)
-    journal = RunJournal(event_store=journal_store)
+    journal = RunJournal(event_store=store)
     with pytest.raises(RuntimeError):
         await graph.ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    events = await run_events(journal_store, journal)
+    events = await run_events(store, journal)
     (unresolved,) = [e for e in events if e["event_type"] == "tool.unresolved"]
     assert unresolved["content"] == {
         "tool_call_id": "f2",
@@ -214,7 +214,7 @@ async def test_a_failed_run_leaves_unanswered_calls_unresolved(journal_store):
 # -- subagents -----------------------------------------------------------------------------
 
 
-async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(journal_store):
+async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(store):
     research = agent_graph(
         scripted(
             ai("", calls=[("add", {"a": 4, "b": 4}, "s1")], tokens=(7, 3)), ai("8", tokens=(9, 1))
@@ -225,10 +225,10 @@ async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(journa
     graph.add_node("lead", model_node(scripted(ai("Research says 8.", tokens=(11, 4)))))
     graph.add_edge(START, "research")
     graph.add_edge("research", "lead")
-    journal = RunJournal(event_store=journal_store)
+    journal = RunJournal(event_store=store)
     await graph.compile().ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == [
         "run.start",
         "llm.ai.response",
@@ -238,7 +238,7 @@ async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(journa
         "llm.ai.response",
         "run.end",
     ]
-    callers = [e["metadata"].get("caller") for e in await run_events(journal_store, journal)]
+    callers = [e["metadata"].get("caller") for e in await run_events(store, journal)]
     assert callers[1:4] == ["subagent:research"] * 3
     assert callers[5] == "lead_agent"
     assert (summary.subagent_tokens, summary.lead_agent_tokens, summary.total_tokens) == (
@@ -252,16 +252,16 @@ async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(journa
 # -- human in the loop ---------------------------------------------------------------------
 
 
-async def test_interrupt_then_resume_with_a_checkpointer(journal_store):
+async def test_interrupt_then_resume_with_a_checkpointer(store):
     model = scripted(ai("", calls=[("ask_human", {"question": "Proceed?"}, "h1")]), ai("Done."))
     graph = agent_graph(model, [ask_human], checkpointer=InMemorySaver())
-    journal = RunJournal(event_store=journal_store)
+    journal = RunJournal(event_store=store)
     config: dict[str, Any] = {"callbacks": [journal], "configurable": {"thread_id": "hitl"}}
 
     paused = await graph.ainvoke(QUESTION, config)
     assert "__interrupt__" in paused
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -270,7 +270,7 @@ async def test_interrupt_then_resume_with_a_checkpointer(journal_store):
         "run.interrupt",
     ]
     assert summary.status == "interrupted"
-    first = await run_events(journal_store, journal)
+    first = await run_events(store, journal)
     assert first[3]["content"] == {
         "tool_call_id": "h1",
         "name": "ask_human",
@@ -285,7 +285,7 @@ async def test_interrupt_then_resume_with_a_checkpointer(journal_store):
 
     await graph.ainvoke(Command(resume="yes"), config)
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert journal.run_id != paused_run and journal.thread_id == "hitl"
     assert sequence == [
         "run.start",
@@ -295,18 +295,18 @@ async def test_interrupt_then_resume_with_a_checkpointer(journal_store):
         "llm.ai.response",
         "run.end",
     ]
-    resumed = await run_events(journal_store, journal)
+    resumed = await run_events(store, journal)
     assert resumed[1]["content"]["checkpoint_id"] == interrupt["checkpoint_id"]
     assert resumed[2]["content"]["tool_call_id"] == "h1"
     assert summary.status == "success"
-    statuses = [s.status for s in await journal_store.list_run_summaries("hitl")]
+    statuses = [s.status for s in await store.list_run_summaries("hitl")]
     assert statuses == ["interrupted", "success"]
 
 
 # -- cancellation --------------------------------------------------------------------------
 
 
-async def test_a_cancelled_run_ends_cancelled(journal_store):
+async def test_a_cancelled_run_ends_cancelled(store):
     started = asyncio.Event()
 
     @tool
@@ -317,7 +317,7 @@ async def test_a_cancelled_run_ends_cancelled(journal_store):
         return topic
 
     model = scripted(ai("", calls=[("wait_forever", {"topic": "x"}, "w1")]))
-    journal = RunJournal(event_store=journal_store)
+    journal = RunJournal(event_store=store)
     task = asyncio.create_task(
         agent_graph(model, [wait_forever]).ainvoke(QUESTION, {"callbacks": [journal]})
     )
@@ -326,7 +326,7 @@ async def test_a_cancelled_run_ends_cancelled(journal_store):
     with pytest.raises(asyncio.CancelledError):
         await task
     await journal.flush()
-    sequence, summary = await stored(journal_store, journal)
+    sequence, summary = await stored(store, journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -334,7 +334,7 @@ async def test_a_cancelled_run_ends_cancelled(journal_store):
         "tool.unresolved",
         "run.error",
     ]
-    events = await run_events(journal_store, journal)
+    events = await run_events(store, journal)
     assert events[3]["content"]["reason"] == "cancelled"
     assert events[4]["metadata"] == {"error_type": "CancelledError"}
     assert summary.status == "cancelled"
