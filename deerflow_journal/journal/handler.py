@@ -1,18 +1,15 @@
 """``RunJournal``: the callback handler that turns a LangChain/LangGraph run into events.
 
 The handler only keeps per-run state and dispatches: ``mapping`` decides what each callback
-becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``buffer`` writes.
+becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``writer`` writes.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
@@ -20,31 +17,21 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
-from langgraph.errors import GraphInterrupt
 
 from deerflow_journal.journal import mapping
-from deerflow_journal.journal.buffer import EventBuffer
-from deerflow_journal.journal.loops import background_loop, dispatched_synchronously, running_loop
+from deerflow_journal.journal.loops import dispatched_synchronously, running_loop
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
 from deerflow_journal.journal.state import RunState, ToolStart
 from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.journal.workspace import WorkspaceTracker
+from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import current_user_id
 from deerflow_journal.stores import RunEventStore, open_store
 from deerflow_journal.subagent import subagent_run_event
-from deerflow_journal.summary import RunStatus, RunSummary
+from deerflow_journal.summary import RunSummary
 from deerflow_journal.workspace import WorkspaceChangeLimits, WorkspaceRoot
 
 __all__ = ["RunJournal"]
-
-logger = logging.getLogger(__name__)
-
-_UNRESOLVED_REASON: dict[RunStatus, mapping.UnresolvedReason] = {
-    "success": "run_ended",
-    "interrupted": "interrupted",
-    "cancelled": "cancelled",
-    "error": "run_failed",
-}
 
 
 def _ms_since(started: float) -> int:
@@ -108,26 +95,26 @@ class RunJournal(GraphCallbackHandler):
                 raise TypeError(f"{name} must be a non-empty string or None, got {value!r}")
         self._run_id = run_id
         self._thread_id = thread_id
-        self._owns_store = event_store is None
-        self._buffer = EventBuffer(
-            open_store() if event_store is None else event_store, flush_threshold
-        )
         self.track_token_usage = track_token_usage
         self._lock = threading.Lock()
         self._runs: dict[UUID, RunState] = {}
         self._latest: RunState | None = None
         self._next: RunState | None = None
-        self._home_loop: asyncio.AbstractEventLoop | None = None
-        self._finishing: set[concurrent.futures.Future[None]] = set()
         self._workspace = (
             None if workspace_roots is None else WorkspaceTracker(workspace_roots, workspace_limits)
         )
-        self._progress = (
+        progress = (
             None
             if progress_reporter is None
             else ProgressThrottle(
                 progress_reporter, progress_flush_interval, self.get_completion_data
             )
+        )
+        self._writer = JournalWriter(
+            open_store() if event_store is None else event_store,
+            owns_store=event_store is None,
+            flush_threshold=flush_threshold,
+            progress=progress,
         )
 
     # -- properties --------------------------------------------------------------------------
@@ -135,7 +122,7 @@ class RunJournal(GraphCallbackHandler):
     @property
     def event_store(self) -> RunEventStore:
         """The store events are written to."""
-        return self._buffer.store
+        return self._writer.store
 
     @property
     def run_id(self) -> str | None:
@@ -149,41 +136,15 @@ class RunJournal(GraphCallbackHandler):
         latest = self._latest
         return self._thread_id if latest is None else latest.thread_id
 
-    # -- where writes run ----------------------------------------------------------------------
-
-    def _blocking_loop(self) -> asyncio.AbstractEventLoop:
-        """A loop this thread may block on: the caller's loop in another thread, else ours."""
-        if not self._owns_store:
-            home = self._home_loop
-            if home is not None and home.is_running() and home is not running_loop():
-                return home
-        return background_loop()
-
-    def _write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
-        """The loop background work of a run goes to."""
-        if not self._owns_store and not sync:
-            loop = running_loop()
-            if loop is not None:
-                return loop
-        return self._blocking_loop()
-
-    # -- emitting (call with self._lock held) --------------------------------------------------
+    # -- run state (call with self._lock held) -------------------------------------------------
 
     def _emit(self, state: RunState, event: Mapping[str, Any]) -> None:
         if event["category"] == "message":
             state.message_count += 1
-        if not state.bound:
+        if state.bound:
+            self._writer.add(state, event)
+        else:
             state.early.append(event)
-            return
-        record = {
-            "thread_id": state.thread_id,
-            "run_id": state.run_id,
-            "user_id": state.user_id,
-            "created_at": time.time(),
-            **event,
-        }
-        if self._buffer.add(record):
-            self._buffer.kick(self._write_loop(state.sync))
 
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""
@@ -192,12 +153,7 @@ class RunJournal(GraphCallbackHandler):
             with self._lock:
                 return state.summary()
 
-        self._buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
-
-    def _changed(self, state: RunState) -> None:
-        """Tell the progress reporter the completion data changed (call without the lock)."""
-        if self._progress is not None:
-            self._progress.changed(self._write_loop(state.sync))
+        self._writer.queue_summary(state, build)
 
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
         return None if parent_run_id is None else self._runs.get(parent_run_id)
@@ -244,19 +200,17 @@ class RunJournal(GraphCallbackHandler):
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()
+        found = (metadata or {}).get("thread_id")
         with self._lock:
             state = self._next or RunState()
             self._next = None
-            state.started_at, state.started = datetime.now(UTC), time.monotonic()
-            state.root, state.sync, state.user_id = root, sync, current_user_id()
+            run_id = self._run_id or str(root)
+            thread_id = self._thread_id or (str(found) if found else run_id)
+            early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.workspace_before = snapshot
-            state.run_id = self._run_id or str(root)
-            found = (metadata or {}).get("thread_id")
-            state.thread_id = self._thread_id or (str(found) if found else state.run_id)
             self._runs[root] = self._latest = state
             if not sync and loop is not None:
-                self._home_loop = loop
-            early, state.early = state.early, []
+                self._writer.home_loop = loop
             self._emit(
                 state, mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
             )
@@ -296,56 +250,27 @@ class RunJournal(GraphCallbackHandler):
             return
         self._end_run(run_id, None, error)
 
-    def _terminal(
-        self, state: RunState, outputs: Any, error: BaseException | None
-    ) -> tuple[RunStatus, mapping.EventKwargs]:
-        if error is None and state.interrupt is None:
-            return "success", mapping.run_end_event(outputs)
-        if error is None or isinstance(error, GraphInterrupt):
-            interrupt = state.interrupt or mapping.interrupt_from_error(error)
-            return "interrupted", mapping.run_interrupt_event(interrupt)
-        status: RunStatus = "cancelled" if isinstance(error, asyncio.CancelledError) else "error"
-        return status, mapping.run_error_event(error)
-
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
             state = self._runs.pop(root, None)
             if state is None or state.ended:
                 return
-            status, terminal = self._terminal(state, outputs, error)
+            status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
             state.end(status, error if status in ("error", "cancelled") else None)
             for key in [key for key, value in self._runs.items() if value is state]:
                 del self._runs[key]
-        loop = self._write_loop(state.sync)
-        snapshot = state.workspace_before
-        if self._workspace is None or snapshot is None:
+        loop = self._writer.write_loop(state.sync)
+        workspace, snapshot = self._workspace, state.workspace_before
+        if workspace is None or snapshot is None:
             self._close_run(state, terminal, None, loop)
         elif state.sync:
-            self._close_run(state, terminal, self._workspace.changes_blocking(snapshot), loop)
+            self._close_run(state, terminal, workspace.changes_blocking(snapshot), loop)
         else:
-            self._close_later(state, terminal, self._workspace, snapshot, loop)
 
-    def _close_later(
-        self,
-        state: RunState,
-        terminal: mapping.EventKwargs,
-        workspace: WorkspaceTracker,
-        snapshot: concurrent.futures.Future[Any],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        """Close an async run once its workspace diff is ready (``flush`` waits for it)."""
+            async def close_when_diffed() -> None:
+                self._close_run(state, terminal, await workspace.changes(snapshot), loop)
 
-        async def close() -> None:
-            self._close_run(state, terminal, await workspace.changes(snapshot), loop)
-
-        future = asyncio.run_coroutine_threadsafe(close(), background_loop())
-        with self._lock:
-            self._finishing.add(future)
-        future.add_done_callback(self._finished_closing)
-
-    def _finished_closing(self, future: concurrent.futures.Future[None]) -> None:
-        with self._lock:
-            self._finishing.discard(future)
+            self._writer.later(close_when_diffed())
 
     def _close_run(
         self,
@@ -358,20 +283,13 @@ class RunJournal(GraphCallbackHandler):
         with self._lock:
             if workspace_event is not None:
                 self._emit(state, workspace_event)
-            reason = _UNRESOLVED_REASON[state.status]
+            reason = mapping.UNRESOLVED_REASONS[state.status]
             for tool_call_id, name in state.outcomes.unresolved():
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit(state, terminal)
             self._queue_summary(state)
-            if self._owns_store and not self._runs:
-                self._buffer.close_store_when_empty()
-        trailing = None if self._progress is None else self._progress.finish(loop)
-        if not state.sync:
-            self._buffer.drain(loop)
-            return
-        self._buffer.flush_blocking(self._blocking_loop)
-        if trailing is not None:
-            trailing.result()
+            last = not self._runs
+        self._writer.run_ended(state, loop, last)
 
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
@@ -423,7 +341,7 @@ class RunJournal(GraphCallbackHandler):
             if state.first_human_message is None:
                 state.first_human_message = mapping.message_text(human)
             self._emit(state, mapping.human_input_event(human))
-        self._changed(state)
+        self._writer.changed(state)
 
     def on_llm_start(
         self,
@@ -476,7 +394,7 @@ class RunJournal(GraphCallbackHandler):
                 state.usage.add_call(
                     caller, model, [token_counts(m.usage_metadata) for m in messages]
                 )
-        self._changed(state)
+        self._writer.changed(state)
 
     def on_llm_error(
         self,
@@ -541,7 +459,7 @@ class RunJournal(GraphCallbackHandler):
                 self._emit(state, mapping.tool_result_event(message, caller))
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
         if messages:
-            self._changed(state)
+            self._writer.changed(state)
 
     def on_tool_error(
         self,
@@ -649,7 +567,7 @@ class RunJournal(GraphCallbackHandler):
             state = self._recorder_state()
             counted = state.usage.add_external(records)
         if counted:
-            self._changed(state)
+            self._writer.changed(state)
         return counted
 
     # -- reading -------------------------------------------------------------------------------
@@ -669,35 +587,17 @@ class RunJournal(GraphCallbackHandler):
 
     # -- flushing and closing ------------------------------------------------------------------
 
-    def _closing_runs(self) -> list[concurrent.futures.Future[None]]:
-        with self._lock:
-            return list(self._finishing)
-
     async def flush(self) -> None:
         """Write every buffered event and summary; raise if the store fails (they stay)."""
-        for closing in self._closing_runs():
-            await asyncio.wrap_future(closing)
-        await self._buffer.flush(self._write_loop(False))
+        await self._writer.flush()
 
     async def aclose(self) -> None:
         """Flush, wait for progress snapshots, and close the store if the journal opened it."""
-        await self.flush()
-        if self._progress is not None:
-            for future in self._progress.pending():
-                await asyncio.wrap_future(future)
-        if self._owns_store:
-            closing = asyncio.run_coroutine_threadsafe(self.event_store.close(), background_loop())
-            await asyncio.wrap_future(closing)
+        await self._writer.aclose()
 
     def close(self) -> None:
         """Blocking ``aclose()`` for code without an event loop."""
-        concurrent.futures.wait(self._closing_runs())
-        self._buffer.flush_blocking(self._blocking_loop)
-        if self._progress is not None and running_loop() is None:
-            for future in self._progress.pending():
-                future.result()
-        if self._owns_store:
-            asyncio.run_coroutine_threadsafe(self.event_store.close(), background_loop()).result()
+        self._writer.close()
 
     async def __aenter__(self) -> Self:
         return self

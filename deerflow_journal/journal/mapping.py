@@ -47,10 +47,12 @@ from deerflow_journal.catalog import (
     TOOL_UNRESOLVED_EVENT,
     RunEventDefinition,
 )
+from deerflow_journal.summary import RunStatus
 
 __all__ = [
     "LAST_AI_MESSAGE_MAX_CHARS",
     "LEAD_AGENT",
+    "UNRESOLVED_REASONS",
     "EventKwargs",
     "UnresolvedReason",
     "ai_response_event",
@@ -73,6 +75,7 @@ __all__ = [
     "run_resume_event",
     "run_start_event",
     "task_chunk",
+    "terminal_event",
     "tool_error_event",
     "tool_result_event",
     "tool_result_messages",
@@ -187,6 +190,32 @@ def run_resume_event(event: GraphResumeEvent) -> EventKwargs:
     """``run.resume``: the checkpoint a resumed invocation continues from."""
     content = {"checkpoint_id": event.checkpoint_id, "checkpoint_ns": list(event.checkpoint_ns)}
     return _event(RUN_RESUME_EVENT, content, {})
+
+
+#: How a run's outcome explains the tool calls it ended without.
+UNRESOLVED_REASONS: dict[str, UnresolvedReason] = {
+    "success": "run_ended",
+    "interrupted": "interrupted",
+    "cancelled": "cancelled",
+    "error": "run_failed",
+}
+
+
+def terminal_event(
+    outputs: Any, error: BaseException | None, interrupt: GraphInterruptEvent | None
+) -> tuple[RunStatus, EventKwargs]:
+    """Return a root chain's outcome and its last event.
+
+    LangGraph reports a pause with ``on_interrupt`` and then ends the root chain normally: that
+    is ``interrupted`` with ``run.interrupt`` (as is a ``GraphInterrupt`` reaching the root).
+    A cancelled task is ``cancelled``, any other error ``error``, both with ``run.error``.
+    """
+    if error is None and interrupt is None:
+        return "success", run_end_event(outputs)
+    if error is None or isinstance(error, GraphInterrupt):
+        return "interrupted", run_interrupt_event(interrupt or interrupt_from_error(error))
+    status: RunStatus = "cancelled" if isinstance(error, asyncio.CancelledError) else "error"
+    return status, run_error_event(error)
 
 
 def control_flow_reason(error: BaseException) -> UnresolvedReason | None:

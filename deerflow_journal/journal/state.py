@@ -71,6 +71,16 @@ class RunState:
         """True once the run reached a terminal outcome."""
         return self.status != "running"
 
+    def bind(
+        self, root: UUID, run_id: str, thread_id: str, *, sync: bool, user_id: str | None
+    ) -> list[Mapping[str, Any]]:
+        """Start the run under its ids; return the events recorded before it started."""
+        self.root, self.run_id, self.thread_id = root, run_id, thread_id
+        self.sync, self.user_id = sync, user_id
+        self.started_at, self.started = datetime.now(UTC), time.monotonic()
+        early, self.early = self.early, []
+        return early
+
     def note_ai_text(self, text: str) -> None:
         """Remember a lead-agent response's text as the last AI message (if it has any)."""
         if text.strip():

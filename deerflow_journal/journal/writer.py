@@ -1,0 +1,167 @@
+"""``JournalWriter``: where and when a journal's events reach its store.
+
+It owns the ``EventBuffer``, picks the event loop each write runs on, ends runs (a background
+drain under ``ainvoke``, a blocking flush under a plain ``invoke``), tracks work still running
+(progress snapshots, runs waiting for their workspace diff) and closes a store the journal
+opened itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from deerflow_journal.journal.buffer import EventBuffer, SummaryBuilder
+from deerflow_journal.journal.loops import background_loop, running_loop
+from deerflow_journal.journal.progress import ProgressThrottle
+from deerflow_journal.journal.state import RunState
+from deerflow_journal.stores.base import RunEventStore
+
+__all__ = ["JournalWriter"]
+
+
+class JournalWriter:
+    """Writes one journal's events, one background batch at a time.
+
+    A store the journal opened itself always runs on the journal's background loop. A store
+    passed in runs on the loop the callbacks run on; code that must block (a plain ``invoke``,
+    ``close()``) uses the caller's loop from another thread, else the background loop.
+
+    Args:
+        store: Where events go.
+        owns_store: Whether the journal opened ``store`` (and must close it).
+        flush_threshold: Pending events that start a background write.
+        progress: Throttled progress reporting, if any.
+    """
+
+    def __init__(
+        self,
+        store: RunEventStore,
+        *,
+        owns_store: bool,
+        flush_threshold: int,
+        progress: ProgressThrottle | None,
+    ) -> None:
+        self.buffer = EventBuffer(store, flush_threshold)
+        self.owns_store = owns_store
+        self.progress = progress
+        #: The loop of the latest run started under ``ainvoke``.
+        self.home_loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+
+    @property
+    def store(self) -> RunEventStore:
+        """The store written to."""
+        return self.buffer.store
+
+    # -- loops -------------------------------------------------------------------------------
+
+    def blocking_loop(self) -> asyncio.AbstractEventLoop:
+        """A loop this thread may block on: the caller's loop in another thread, else ours."""
+        if not self.owns_store:
+            home = self.home_loop
+            if home is not None and home.is_running() and home is not running_loop():
+                return home
+        return background_loop()
+
+    def write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
+        """The loop a run's background work goes to (``sync``: the run is a plain ``invoke``)."""
+        if not self.owns_store and not sync:
+            loop = running_loop()
+            if loop is not None:
+                return loop
+        return self.blocking_loop()
+
+    # -- memory only (called under the journal's lock) -----------------------------------
+
+    def add(self, state: RunState, event: Mapping[str, Any]) -> None:
+        """Buffer one event of a bound run; start a background write at the threshold."""
+        record = {
+            "thread_id": state.thread_id,
+            "run_id": state.run_id,
+            "user_id": state.user_id,
+            "created_at": time.time(),
+            **event,
+        }
+        if self.buffer.add(record):
+            self.buffer.kick(self.write_loop(state.sync))
+
+    def queue_summary(self, state: RunState, build: SummaryBuilder) -> None:
+        """Queue the run's summary, built by ``build`` when it is written."""
+        self.buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
+
+    def changed(self, state: RunState) -> None:
+        """Tell the progress reporter that the run's completion data changed."""
+        if self.progress is not None:
+            self.progress.changed(self.write_loop(state.sync))
+
+    # -- ending runs -------------------------------------------------------------------------
+
+    def run_ended(self, state: RunState, loop: asyncio.AbstractEventLoop, last: bool) -> None:
+        """Write out a run that reached its terminal outcome (``last``: no other run is open).
+
+        Under ``ainvoke`` the writes drain in the background on ``loop``; under a plain
+        ``invoke`` this blocks until the run is stored, so the caller needs no extra call.
+        """
+        if last and self.owns_store:
+            self.buffer.close_store_when_empty()
+        trailing = None if self.progress is None else self.progress.finish(loop)
+        if not state.sync:
+            self.buffer.drain(loop)
+            return
+        self.buffer.flush_blocking(self.blocking_loop)
+        if trailing is not None:
+            trailing.result()
+
+    def later(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` on the background loop; ``flush`` and ``close`` wait for it."""
+        future = asyncio.run_coroutine_threadsafe(coro, background_loop())
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def _still_running(self) -> list[concurrent.futures.Future[Any]]:
+        with self._lock:
+            pending = list(self._pending)
+        if self.progress is not None:
+            pending.extend(self.progress.pending())
+        return pending
+
+    # -- flushing and closing ------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Write everything buffered; raise if the store fails (the events stay buffered)."""
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            await asyncio.wrap_future(future)
+        await self.buffer.flush(self.write_loop(False))
+
+    async def aclose(self) -> None:
+        """Flush, wait for progress snapshots, close the store if the journal opened it."""
+        await self.flush()
+        for future in self._still_running():
+            await asyncio.wrap_future(future)
+        if self.owns_store:
+            closing = asyncio.run_coroutine_threadsafe(self.store.close(), background_loop())
+            await asyncio.wrap_future(closing)
+
+    def close(self) -> None:
+        """``aclose()`` for code that may block (with no loop, or beside a running one)."""
+        with self._lock:
+            pending = list(self._pending)
+        concurrent.futures.wait(pending)
+        self.buffer.flush_blocking(self.blocking_loop)
+        if running_loop() is None:
+            concurrent.futures.wait(self._still_running())
+        if self.owns_store:
+            asyncio.run_coroutine_threadsafe(self.store.close(), background_loop()).result()
