@@ -185,10 +185,10 @@ class RunJournal(GraphCallbackHandler):
                 run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
             )
             return
-        with self._lock:
-            state = self._runs.get(parent_run_id)
-            if state is not None:
-                self._runs[run_id] = state
+        # One dict lookup and one store, each atomic: nested chains need no lock.
+        state = self._runs.get(parent_run_id)
+        if state is not None:
+            self._runs[run_id] = state
 
     def _start_run(
         self,
@@ -230,8 +230,7 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause)."""
         if parent_run_id is not None:
-            with self._lock:
-                self._runs.pop(run_id, None)
+            self._runs.pop(run_id, None)
             return
         self._end_run(run_id, outputs, None)
 
@@ -245,8 +244,7 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """End the run at its root chain with ``run.error``; nested errors add nothing."""
         if parent_run_id is not None:
-            with self._lock:
-                self._runs.pop(run_id, None)
+            self._runs.pop(run_id, None)
             return
         self._end_run(run_id, None, error)
 
@@ -257,8 +255,9 @@ class RunJournal(GraphCallbackHandler):
                 return
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
             state.end(status, error if status in ("error", "cancelled") else None)
-            for key in [key for key, value in self._runs.items() if value is state]:
-                del self._runs[key]
+            for key, value in list(self._runs.items()):
+                if value is state:
+                    self._runs.pop(key, None)
         loop = self._writer.write_loop(state.sync)
         workspace, snapshot = self._workspace, state.workspace_before
         if workspace is None or snapshot is None:

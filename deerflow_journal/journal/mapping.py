@@ -278,7 +278,7 @@ def response_messages(response: LLMResult) -> list[AIMessage]:
         for generation in generations:
             if isinstance(generation, ChatGeneration):
                 message = generation.message
-                if isinstance(message, BaseMessageChunk):
+                if type(message) is not AIMessage and isinstance(message, BaseMessageChunk):
                     message = message_chunk_to_message(message)
                 if isinstance(message, AIMessage):
                     messages.append(message)
@@ -309,7 +309,7 @@ def ai_response_event(
     """``llm.ai.response`` for one generated message."""
     metadata = {
         "caller": caller,
-        "usage": dict(message.usage_metadata or {}),
+        "usage": message.usage_metadata or {},
         "latency_ms": latency_ms,
         "llm_call_index": llm_call_index,
     }
