@@ -51,6 +51,7 @@ from deerflow_journal.stores import (
     open_store,
 )
 from deerflow_journal.stores.memory import MemoryRunEventStore
+from deerflow_journal.stores.sqlite import SqliteRunEventStore
 from deerflow_journal.summary import RunSummary
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "RunEventPattern",
     "RunEventStore",
     "RunSummary",
+    "SqliteRunEventStore",
     "current_user_id",
     "default_store_url",
     "load_contract",

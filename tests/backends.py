@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from deerflow_journal import MemoryRunEventStore, RunEventStore
+from deerflow_journal import MemoryRunEventStore, RunEventStore, SqliteRunEventStore
 
 
 class Backend:
@@ -49,4 +49,14 @@ class MemoryBackend(Backend):
         return "memory://"
 
 
-BACKENDS: list[type[Backend]] = [MemoryBackend]
+class SqliteBackend(Backend):
+    name = "sqlite"
+
+    def make(self, **options: Any) -> RunEventStore:
+        return SqliteRunEventStore(self.tmp_path / "journal.db", **options)
+
+    def url(self) -> str:
+        return f"sqlite:///{(self.tmp_path / 'journal.db').resolve()}"
+
+
+BACKENDS: list[type[Backend]] = [MemoryBackend, SqliteBackend]
