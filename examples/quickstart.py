@@ -11,7 +11,7 @@ from deerflow_journal import open_store
 async def main() -> None:
     """Write one small run and print it."""
     thread_id, run_id = "quickstart", uuid.uuid4().hex
-    async with open_store("memory://") as store:
+    async with open_store() as store:  # $DEERFLOW_JOURNAL_URL, else .deer-flow/journal.db
         await store.put_batch(
             [
                 {

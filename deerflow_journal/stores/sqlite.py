@@ -5,9 +5,10 @@ statement that reads each thread's counter in ``run_thread_seq`` and numbers the
 a write statement takes SQLite's write lock before it reads anything, so concurrent writers in
 other processes queue on the busy timeout instead of reading the same counter. A trigger moves
 the counter with every row and refuses a row whose seq does not follow it, so seq stays unique,
-gap-free and never reused (deletes leave the counter alone). One statement is one round trip to
-aiosqlite's worker thread; only batches too large for one statement use an explicit
-transaction.
+gap-free and never reused (deletes leave the counter alone). Triggers also keep per-thread,
+per-user message counts, so ``count_messages`` does not grow with the thread. One statement is
+one round trip to aiosqlite's worker thread; only batches too large for one statement, deletes
+and setup use an explicit transaction.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ _MIN_SQLITE = (3, 35, 0)
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 _PARAMS_PER_EVENT = 10
 ROWS_PER_STATEMENT = _MAX_VARIABLES // _PARAMS_PER_EVENT
+# Longer IN lists go through one JSON parameter instead of one placeholder per value.
+_MAX_IN_PLACEHOLDERS = 64
 
 #: Schema migrations; a migration's index in this list is the schema version it creates.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -77,10 +80,33 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             INSERT INTO run_thread_seq (thread_id, last_seq) VALUES (NEW.thread_id, NEW.seq)
             ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq;
         END""",
+        # Rows are append-only in what seq and the message counts depend on.
+        """CREATE TRIGGER run_events_fixed_keys
+        BEFORE UPDATE OF thread_id, seq, category, user_id ON run_events
+        BEGIN
+            SELECT RAISE(ABORT, 'run_events rows keep their thread, seq, category and user');
+        END""",
+        """CREATE TABLE run_message_counts (
+            thread_id TEXT NOT NULL,
+            user_key TEXT NOT NULL,
+            messages INTEGER NOT NULL,
+            PRIMARY KEY (thread_id, user_key)
+        ) WITHOUT ROWID""",
+        """CREATE TRIGGER run_events_count_message AFTER INSERT ON run_events
+        WHEN NEW.category = 'message'
+        BEGIN
+            INSERT INTO run_message_counts (thread_id, user_key, messages)
+            VALUES (NEW.thread_id, coalesce(NEW.user_id, ''), 1)
+            ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + 1;
+        END""",
+        """CREATE TRIGGER run_events_uncount_message AFTER DELETE ON run_events
+        WHEN OLD.category = 'message'
+        BEGIN
+            UPDATE run_message_counts SET messages = messages - 1
+            WHERE thread_id = OLD.thread_id AND user_key = coalesce(OLD.user_id, '');
+        END""",
         "CREATE INDEX run_events_thread_category ON run_events (thread_id, category, seq)",
         "CREATE INDEX run_events_thread_run ON run_events (thread_id, run_id, seq)",
-        """CREATE INDEX run_events_thread_run_category
-            ON run_events (thread_id, run_id, category, seq)""",
         """CREATE INDEX run_events_thread_run_task
             ON run_events (thread_id, run_id, task_id, seq) WHERE task_id IS NOT NULL""",
         """CREATE INDEX run_events_thread_user_category
@@ -104,6 +130,12 @@ _BATCH_COLUMNS = (
     "task_id, caller"
 )
 _AI_TYPES = ", ".join(f"'{t}'" for t in AI_RESPONSE_EVENT_TYPES)
+# The one-event form of ``_append_sql``: a plain VALUES row is cheaper to run than a CTE.
+_APPEND_ONE_SQL = (
+    f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES ("
+    "coalesce((SELECT last_seq FROM run_thread_seq WHERE thread_id = ?1), 0) + 1, "
+    f"{', '.join(f'?{i}' for i in range(1, _PARAMS_PER_EVENT + 1))}) RETURNING thread_id, seq"
+)
 _FIRST_OF_TYPE_SQL = (
     f"SELECT {_COLUMNS} FROM run_events WHERE thread_id = ? AND run_id = ? AND event_type = ? "
     "ORDER BY seq LIMIT 1"
@@ -211,12 +243,17 @@ class SqliteRunEventStore(RunEventStore):
         return list(await self._conn.execute_fetchall(sql, params))
 
     async def _write(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """Run one write statement; commit it if the connection opened a transaction."""
-        rows = await self._fetch(sql, params)
-        if self._conn.in_transaction:
-            # Only a caller's connection in Python's implicit-transaction mode gets here.
-            await self._conn.commit()
-        return rows
+        """Run one write statement, committed when it returns."""
+        db = self._conn
+        if db.isolation_level is None:  # autocommit: the statement commits itself
+            return await self._fetch(sql, params)
+        # A caller's connection in Python's implicit-transaction mode may open a transaction
+        # for the statement: commit it before any other task's statement can join it.
+        async with self._transaction_lock:
+            rows = list(await db.execute_fetchall(sql, params))
+            if db.in_transaction:
+                await db.commit()
+            return rows
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
@@ -236,7 +273,9 @@ class SqliteRunEventStore(RunEventStore):
     # -- writes ------------------------------------------------------------------------------
 
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        if len(events) <= ROWS_PER_STATEMENT:
+        if len(events) == 1:
+            returned = await self._write(_APPEND_ONE_SQL, _batch_params(events))
+        elif len(events) <= ROWS_PER_STATEMENT:
             returned = await self._write(_append_sql(len(events)), _batch_params(events))
         else:
             returned = []
@@ -267,6 +306,9 @@ class SqliteRunEventStore(RunEventStore):
             async with db.execute(f"DELETE FROM run_events WHERE {where}", params) as cursor:
                 deleted = cursor.rowcount
             await db.execute_fetchall(f"DELETE FROM run_summaries WHERE {where}", params)
+            await db.execute_fetchall(
+                "DELETE FROM run_message_counts WHERE thread_id = ? AND messages = 0", [thread_id]
+            )
         return deleted
 
     # -- reads -------------------------------------------------------------------------------
@@ -312,8 +354,7 @@ class SqliteRunEventStore(RunEventStore):
         where: list[str] = ["thread_id = ?", "run_id = ?"]
         params: list[Any] = [thread_id, run_id]
         if event_types is not None:
-            where.append("event_type IN (SELECT value FROM json_each(?))")
-            params.append(encode_json(list(event_types)))
+            where.append(f"event_type IN {_in_list(event_types, params)}")
         if task_id is not None:
             where.append("task_id = ?")
             params.append(task_id)
@@ -348,10 +389,12 @@ class SqliteRunEventStore(RunEventStore):
         return {run_id: seq for run_id, seq in rows if seq is not None}
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
-        where, params = ["thread_id = ?", "category = 'message'"], [thread_id]
-        _filter_user(where, params, user_id, by_run=False)
+        where, params = "thread_id = ?", [thread_id]
+        if user_id is not None:
+            # Rows with no user are counted under '' (never a valid user id).
+            where, params = where + " AND user_key = ?", [thread_id, user_id]
         rows = await self._fetch(
-            f"SELECT count(*) FROM run_events WHERE {' AND '.join(where)}", params
+            f"SELECT coalesce(sum(messages), 0) FROM run_message_counts WHERE {where}", params
         )
         return int(rows[0][0])
 
@@ -500,6 +543,16 @@ def _numbered(events: list[PendingEvent], returned: Iterable[Any]) -> list[RunEv
         next_seq[event.thread_id] = seq + 1
         records.append(event.record(seq))
     return records
+
+
+def _in_list(values: Sequence[str], params: list[Any]) -> str:
+    """Return the right side of an ``IN`` over ``values``, adding its parameters."""
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) <= _MAX_IN_PLACEHOLDERS:
+        params.extend(distinct)
+        return f"({', '.join('?' * len(distinct))})"
+    params.append(encode_json(distinct))
+    return "(SELECT value FROM json_each(?))"
 
 
 def _filter_user(where: list[str], params: list[Any], user_id: str | None, *, by_run: bool) -> None:
