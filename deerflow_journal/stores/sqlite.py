@@ -206,7 +206,7 @@ class SqliteRunEventStore(RunEventStore):
         db = self._conn
         if db.in_transaction:
             await db.commit()
-        await _enable_wal(db)
+        await db.execute_fetchall("PRAGMA journal_mode = WAL")  # kept in the file
         async with self._transaction() as db:
             await db.execute_fetchall(
                 "CREATE TABLE IF NOT EXISTS run_event_migrations "
@@ -464,19 +464,6 @@ def _daemon_connection(path: str) -> aiosqlite.Connection:
     builder.start()
     builder.join()
     return built[0]
-
-
-async def _enable_wal(db: aiosqlite.Connection) -> None:
-    """Switch the database to WAL, waiting out other processes doing the same."""
-    for _ in range(int(BUSY_TIMEOUT_SECONDS * 10)):
-        try:
-            await db.execute_fetchall("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error):
-                raise
-            await asyncio.sleep(0.1)
-    await db.execute_fetchall("PRAGMA journal_mode = WAL")
 
 
 # -- statements ----------------------------------------------------------------------------
