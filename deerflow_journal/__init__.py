@@ -35,6 +35,11 @@ from deerflow_journal.catalog import (
     RunEventDefinition,
     RunEventPattern,
 )
+from deerflow_journal.consumers import (
+    latest_workspace_changes,
+    memory_context_digests,
+    visible_messages,
+)
 from deerflow_journal.contract import load_contract, validate_event
 from deerflow_journal.records import (
     AUTO,
@@ -50,9 +55,33 @@ from deerflow_journal.stores import (
     default_store_url,
     open_store,
 )
+from deerflow_journal.stores.jsonl import JsonlRunEventStore
 from deerflow_journal.stores.memory import MemoryRunEventStore
 from deerflow_journal.stores.sqlite import SqliteRunEventStore
+from deerflow_journal.subagent import (
+    SUBAGENT_END_STATUSES,
+    SUBAGENT_EVENT_CATEGORY,
+    SUBAGENT_STEP_MAX_CHARS,
+    build_subagent_step,
+    capture_new_step_messages,
+    capture_step_message,
+    subagent_run_event,
+    truncate_step_text,
+)
 from deerflow_journal.summary import RunSummary
+from deerflow_journal.workspace import (
+    WORKSPACE_DIFF_UNAVAILABLE_REASONS,
+    WORKSPACE_SKIPPED_DIRS,
+    WorkspaceChangeLimits,
+    WorkspaceRoot,
+    WorkspaceSnapshot,
+    capture_workspace_snapshot,
+    compare_workspace_snapshots,
+    diff_workspace,
+    record_workspace_changes,
+    scan_workspace,
+    workspace_changes_event,
+)
 
 __all__ = [
     "AUTO",
@@ -81,13 +110,19 @@ __all__ = [
     "RUN_RESUME_EVENT",
     "RUN_START_EVENT",
     "SUBAGENT_END_EVENT",
+    "SUBAGENT_END_STATUSES",
+    "SUBAGENT_EVENT_CATEGORY",
     "SUBAGENT_RUN_EVENT_DEFINITIONS",
     "SUBAGENT_START_EVENT",
     "SUBAGENT_STEP_EVENT",
+    "SUBAGENT_STEP_MAX_CHARS",
     "TOOL_ERROR_EVENT",
     "TOOL_UNRESOLVED_EVENT",
     "WORKSPACE_CHANGES_EVENT",
+    "WORKSPACE_DIFF_UNAVAILABLE_REASONS",
     "WORKSPACE_RUN_EVENT_DEFINITIONS",
+    "WORKSPACE_SKIPPED_DIRS",
+    "JsonlRunEventStore",
     "MemoryRunEventStore",
     "RunEvent",
     "RunEventDefinition",
@@ -95,12 +130,29 @@ __all__ = [
     "RunEventStore",
     "RunSummary",
     "SqliteRunEventStore",
+    "WorkspaceChangeLimits",
+    "WorkspaceRoot",
+    "WorkspaceSnapshot",
+    "build_subagent_step",
+    "capture_new_step_messages",
+    "capture_step_message",
+    "capture_workspace_snapshot",
+    "compare_workspace_snapshots",
     "current_user_id",
     "default_store_url",
+    "diff_workspace",
+    "latest_workspace_changes",
     "load_contract",
+    "memory_context_digests",
     "normalise_batch",
     "normalise_event",
     "open_store",
+    "record_workspace_changes",
+    "scan_workspace",
+    "subagent_run_event",
+    "truncate_step_text",
     "user_scope",
     "validate_event",
+    "visible_messages",
+    "workspace_changes_event",
 ]

@@ -117,18 +117,31 @@ def _check_id(value: object, field: str, where: str = "") -> str:
         raise ValueError(f"{where}{field} must be 1 to {ID_MAX_LENGTH} characters, got {value!r}")
     if _CONTROL_CHARS.search(value):
         raise ValueError(f"{where}{field} must not contain control characters, got {value!r}")
+    if _clean_text(value) is not value:
+        raise ValueError(f"{where}{field} must be valid Unicode (no lone surrogates)")
     return value
+
+
+def _clean_text(text: str) -> str:
+    """Replace lone surrogates (not encodable as UTF-8) with U+FFFD; keep valid pairs."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _plain(value: Any) -> Any:
     """Rewrite what orjson refuses but ``json.dumps(default=str)`` would store, as strings."""
-    if isinstance(value, bool) or value is None or isinstance(value, str | float):
+    if isinstance(value, str):
+        return _clean_text(value)
+    if isinstance(value, bool) or value is None or isinstance(value, float):
         return value
     if isinstance(value, int):
         return value if _INT64[0] <= value <= _INT64[1] else str(value)
     if isinstance(value, Mapping):
         return {
-            k if isinstance(k, str) else json.dumps(k, default=str): _plain(v)
+            _clean_text(k if isinstance(k, str) else json.dumps(k, default=str)): _plain(v)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
@@ -140,7 +153,8 @@ def encode_json(value: Any) -> str:
     """Encode ``value`` as JSON text with ``json.dumps(default=str)`` semantics.
 
     Values JSON cannot hold become their ``str()``; NaN and infinities become ``null`` and
-    integers beyond 64 bits become strings, and U+0000 in strings becomes U+FFFD, so that every
+    integers beyond 64 bits become strings, and U+0000 and lone surrogates in strings become
+    U+FFFD, so that every
     backend (PostgreSQL ``jsonb`` included) can store the text unchanged.
     """
     try:

@@ -12,7 +12,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from deerflow_journal import MemoryRunEventStore, RunEventStore, SqliteRunEventStore
+from deerflow_journal import (
+    JsonlRunEventStore,
+    MemoryRunEventStore,
+    RunEventStore,
+    SqliteRunEventStore,
+)
 
 
 class Backend:
@@ -49,6 +54,16 @@ class MemoryBackend(Backend):
         return "memory://"
 
 
+class JsonlBackend(Backend):
+    name = "jsonl"
+
+    def make(self, **options: Any) -> RunEventStore:
+        return JsonlRunEventStore(self.tmp_path / "jsonl", **options)
+
+    def url(self) -> str:
+        return f"jsonl:///{(self.tmp_path / 'jsonl').resolve()}"
+
+
 class SqliteBackend(Backend):
     name = "sqlite"
 
@@ -59,4 +74,4 @@ class SqliteBackend(Backend):
         return f"sqlite:///{(self.tmp_path / 'journal.db').resolve()}"
 
 
-BACKENDS: list[type[Backend]] = [MemoryBackend, SqliteBackend]
+BACKENDS: list[type[Backend]] = [MemoryBackend, JsonlBackend, SqliteBackend]

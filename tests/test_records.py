@@ -185,3 +185,25 @@ def test_default_url_comes_from_the_environment(monkeypatch):
 
 def test_options_reach_the_constructor():
     assert open_store("memory://", max_trace_content=5).max_trace_content == 5
+
+
+def test_lone_surrogates_in_content_become_replacement_characters():
+    pending = normalise_event(event(content={"k\ud800": ["a\udfffb", "ok 🌍"]}))
+    assert pending.content == {"k\ufffd": ["a\ufffdb", "ok 🌍"]}
+
+
+def test_ids_with_lone_surrogates_are_rejected():
+    with pytest.raises(ValueError, match="Unicode"):
+        normalise_event(event(thread_id="a\ud800"))
+
+
+def test_three_slashes_are_relative_and_four_absolute(tmp_path, monkeypatch):
+    from deerflow_journal import JsonlRunEventStore
+
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("jsonl:///sub/journal")
+    absolute = open_store(f"jsonl:///{tmp_path}/abs")
+    assert isinstance(relative, JsonlRunEventStore)
+    assert str(relative.base_dir) == "sub/journal"
+    assert str(absolute.base_dir) == f"{tmp_path}/abs"
+    assert absolute.base_dir.is_absolute()

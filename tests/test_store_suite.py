@@ -866,3 +866,11 @@ async def test_open_store_url_builds_this_backend(backend: Backend):
         assert isinstance(store, RunEventStore)
         await store.put(**ev())
         assert await store.count_messages(T) == 1
+
+
+async def test_lone_surrogates_read_back_as_replacement_characters(store):
+    await store.put(**ev(content="bad \ud83d half", metadata={"m": "\udc00"}))
+    (read,) = await store.list_messages(T)
+    assert (read["content"], read["metadata"]) == ("bad \ufffd half", {"m": "\ufffd"})
+    with pytest.raises(ValueError, match="Unicode"):
+        await store.put(**ev(run_id="r\ud800"))

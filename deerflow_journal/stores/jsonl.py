@@ -1,0 +1,367 @@
+"""``JsonlRunEventStore``: one JSON-lines file per run, safe for several processes.
+
+What it guarantees, on a local file system:
+
+- seq is assigned under a per-thread file lock, so processes sharing the base dir get unique,
+  strictly increasing seq; the last seq lives in the thread's state file and is never reused.
+- A batch is all or nothing, also when the writing process is killed: each file's lines go in
+  with one write call, and a batch cut short is truncated away by the next process that takes
+  the thread's lock. A batch spanning threads has one commit point for all of them.
+- Readers never return a corrupt record: an unfinished last line is skipped (and cut off by the
+  next writer), an unreadable line is logged and skipped.
+- Deletes are not atomic across runs: a killed ``delete_by_thread`` may have removed some runs
+  and not others (calling it again finishes the job).
+- Nothing is fsynced: a process crash loses nothing written, a power cut may.
+
+Reads keep a per-thread cache of parsed rows and how far each file was read; a read checks
+the thread's small state file and reads only bytes appended since, so other processes' writes
+become visible on the next call. All file work runs in a worker thread, one hop per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent
+from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.jsonl_cache import Row, ThreadCache, encode_line
+from deerflow_journal.stores.jsonl_files import (
+    LockedThread,
+    append_file,
+    create_batch_marker,
+    lock_thread,
+    peek_state,
+    prepare_append,
+    rewrite_file,
+    run_file_sizes,
+)
+from deerflow_journal.stores.jsonl_paths import ThreadPaths
+from deerflow_journal.stores.jsonl_summaries import append_summary, delete_summaries, read_summaries
+
+__all__ = ["JsonlRunEventStore"]
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_LOCK_STRIPES = 64
+_Sizes = dict[str, tuple[int, int]]
+
+
+class JsonlRunEventStore(RunEventStore):
+    """Stores each run in ``threads/{thread_id}/runs/{run_id}.jsonl`` under ``base_dir``.
+
+    Ids are encoded into path-safe names (``jsonl_paths.encode_id``); every record keeps the
+    real ids. See the module docstring for the multi-process and crash guarantees.
+    """
+
+    #: How many threads keep their parsed rows cached in this process (least recent go first).
+    max_cached_threads: int = 64
+
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str] = ".deer-flow",
+        *,
+        max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    ) -> None:
+        super().__init__(max_trace_content=max_trace_content)
+        self.base_dir = Path(base_dir)
+        self._caches: OrderedDict[str, ThreadCache] = OrderedDict()
+        # Threads share a fixed set of in-process locks, so that memory does not grow with them.
+        self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self._guard = threading.Lock()
+
+    async def _setup(self) -> None:
+        await asyncio.to_thread(self._make_dirs)
+
+    def _make_dirs(self) -> None:
+        for sub in ("threads", "batches"):
+            (self.base_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    async def _close(self) -> None:
+        with self._guard:
+            self._caches.clear()
+
+    # -- locks and caches --------------------------------------------------------------------
+
+    def _paths(self, thread_id: str) -> ThreadPaths:
+        return _thread_paths(self.base_dir, thread_id)
+
+    def _local_lock(self, thread_id: str) -> threading.Lock:
+        return self._stripes[hash(thread_id) % len(self._stripes)]
+
+    @contextlib.contextmanager
+    def _locked(self, thread_ids: Iterable[str]) -> Iterator[dict[str, LockedThread]]:
+        # Every in-process lock first, then the file locks; each kind in one fixed order, so
+        # batches over overlapping threads can never wait on each other.
+        ids = sorted(set(thread_ids))
+        with contextlib.ExitStack() as stack:
+            for stripe in sorted({hash(t) % len(self._stripes) for t in ids}):
+                stack.enter_context(self._stripes[stripe])
+            yield {t: stack.enter_context(lock_thread(self._paths(t))) for t in ids}
+
+    def _cache(self, thread_id: str) -> ThreadCache:
+        with self._guard:
+            cache = self._caches.get(thread_id)
+            if cache is None:
+                cache = self._caches[thread_id] = ThreadCache(thread_id)
+                while len(self._caches) > self.max_cached_threads:
+                    self._caches.popitem(last=False)
+            self._caches.move_to_end(thread_id)
+            return cache
+
+    def _drop_cache(self, thread_id: str) -> None:
+        with self._guard:
+            self._caches.pop(thread_id, None)
+
+    def _refreshed(self, held: LockedThread) -> ThreadCache:
+        cache = self._cache(held.paths.thread_id)
+        cache.refresh(held.paths, held.state)
+        return cache
+
+    def _current(self, thread_id: str) -> ThreadCache | None:
+        """The thread's cache brought up to date, or ``None`` for a thread never written."""
+        state = peek_state(self._paths(thread_id))
+        if state is None:
+            self._drop_cache(thread_id)
+            return None
+        cache = self._cache(thread_id)
+        if cache.matches(state):
+            return cache
+        with lock_thread(self._paths(thread_id)) as held:
+            return self._refreshed(held)
+
+    async def _read(self, thread_id: str, query: Callable[[ThreadCache], _T], default: _T) -> _T:
+        return await asyncio.to_thread(self._read_sync, thread_id, query, default)
+
+    def _read_sync(self, thread_id: str, query: Callable[[ThreadCache], _T], default: _T) -> _T:
+        with self._local_lock(thread_id):
+            cache = self._current(thread_id)
+            return default if cache is None else query(cache)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        return await asyncio.to_thread(self._append_sync, events)
+
+    def _append_sync(self, events: list[PendingEvent]) -> list[RunEvent]:
+        with self._locked(e.thread_id for e in events) as held:
+            return self._write(held, events)
+
+    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
+        return await asyncio.to_thread(self._append_if_absent_sync, event)
+
+    def _append_if_absent_sync(self, event: PendingEvent) -> tuple[RunEvent, bool]:
+        with self._locked([event.thread_id]) as held:
+            cache = self._refreshed(held[event.thread_id])
+            for row in cache.index("all", event.run_id, None).rows:
+                if row.event_type == event.event_type:
+                    return row.record(), False
+            return self._write(held, [event])[0], True
+
+    def _write(self, held: dict[str, LockedThread], events: list[PendingEvent]) -> list[RunEvent]:
+        """Assign seq and write ``events`` with every thread in ``held`` locked."""
+        last = {thread_id: lt.state.seq for thread_id, lt in held.items()}
+        lines: dict[str, dict[str, list[bytes]]] = {thread_id: {} for thread_id in held}
+        rows: dict[str, list[Row]] = {thread_id: [] for thread_id in held}
+        names: dict[str, str] = {}
+        records = []
+        for event in events:
+            thread_id, seq = event.thread_id, last[event.thread_id] + 1
+            last[thread_id] = seq
+            line = encode_line(event, seq)
+            name = names.get(event.run_id)
+            if name is None:
+                name = names[event.run_id] = held[thread_id].paths.run_file(event.run_id).name
+            lines[thread_id].setdefault(name, []).append(line)
+            rows[thread_id].append(Row.written(event, seq, line))
+            records.append(event.record(seq))
+        before = {thread_id: dataclasses.replace(lt.state) for thread_id, lt in held.items()}
+        sizes = self._commit(held, last, lines)
+        for thread_id, lt in held.items():
+            with self._guard:
+                cache = self._caches.get(thread_id)
+            if cache is not None:
+                cache.apply(before[thread_id], lt.state, sizes[thread_id], rows[thread_id])
+        return records
+
+    def _commit(
+        self,
+        held: dict[str, LockedThread],
+        last: dict[str, int],
+        lines: dict[str, dict[str, list[bytes]]],
+    ) -> dict[str, _Sizes]:
+        """Write each thread's lines all-or-nothing; return each file's size before and after."""
+        marker = create_batch_marker(self.base_dir) if len(held) > 1 else None
+        begun: list[LockedThread] = []
+        sizes = {}
+        try:
+            for t, lt in held.items():
+                sizes[t] = _write_thread(lt, last[t], lines[t], marker, begun)
+            if marker is None:
+                begun[0].commit()
+            else:
+                marker.unlink()
+        except BaseException:
+            for lt in begun:
+                lt.rollback()
+            if marker is not None:
+                marker.unlink(missing_ok=True)
+            raise
+        if marker is not None:
+            for lt in begun:
+                try:
+                    lt.commit()
+                except OSError:
+                    # The marker is gone, so the batch is in: recovery will roll it forward.
+                    logger.warning("left the committed batch for recovery in %s", lt.paths.dir)
+        return sizes
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def _list_messages(
+        self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
+    ) -> list[RunEvent]:
+        if page.limit == 0:
+            return []
+
+        def query(cache: ThreadCache) -> list[RunEvent]:
+            return [row.record() for row in cache.index("msg", run_id, user_id).page(page)]
+
+        return await self._read(thread_id, query, [])
+
+    async def _list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        event_types: tuple[str, ...] | None,
+        task_id: str | None,
+        limit: int,
+        after_seq: int | None,
+        user_id: str | None,
+    ) -> list[RunEvent]:
+        if limit == 0:
+            return []
+
+        def query(cache: ThreadCache) -> list[RunEvent]:
+            out: list[RunEvent] = []
+            for row in cache.index("all", run_id, user_id).after(after_seq):
+                if event_types is not None and row.event_type not in event_types:
+                    continue
+                if task_id is not None and row.task_id != task_id:
+                    continue
+                out.append(row.record())
+                if len(out) == limit:
+                    break
+            return out
+
+        return await self._read(thread_id, query, [])
+
+    async def _last_visible_ai_seq_by_run(
+        self, thread_id: str, run_ids: list[str], user_id: str | None
+    ) -> dict[str, int]:
+        def query(cache: ThreadCache) -> dict[str, int]:
+            found: dict[str, int] = {}
+            for run_id in run_ids:
+                for row in reversed(cache.index("msg", run_id, user_id).rows):
+                    caller = row.caller
+                    if row.event_type in AI_RESPONSE_EVENT_TYPES and not (
+                        isinstance(caller, str) and caller.startswith("middleware:")
+                    ):
+                        found[run_id] = row.seq
+                        break
+            return found
+
+        return await self._read(thread_id, query, {})
+
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        return await self._read(thread_id, lambda c: len(c.index("msg", None, user_id).rows), 0)
+
+    # -- deletes -----------------------------------------------------------------------------
+
+    async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
+        return await asyncio.to_thread(self._delete_sync, thread_id, run_id, user_id)
+
+    def _delete_sync(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
+        if peek_state(self._paths(thread_id)) is None:
+            return 0
+        with self._locked([thread_id]) as held:
+            lt = held[thread_id]
+            cache = self._refreshed(lt)
+            self._drop_cache(thread_id)
+            # Marked first, so that every reader re-reads the thread even if this is cut short.
+            lt.mark_shrunk()
+            runs = cache.run_ids() if run_id is None else [run_id]
+            deleted = sum(_delete_rows(lt.paths, cache, run, user_id) for run in runs)
+            if run_id is None and user_id is None:
+                for name in run_file_sizes(lt.paths):
+                    (lt.paths.runs / name).unlink(missing_ok=True)
+            delete_summaries(lt.paths, run_id, user_id)
+            return deleted
+
+    # -- run summaries -----------------------------------------------------------------------
+
+    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
+        await asyncio.to_thread(self._put_run_summary_sync, summary)
+
+    def _put_run_summary_sync(self, summary: dict[str, Any]) -> None:
+        with self._locked([summary["thread_id"]]) as held:
+            append_summary(held[summary["thread_id"]].paths, summary)
+
+    async def _get_run_summary(
+        self, thread_id: str, run_id: str, user_id: str | None
+    ) -> dict[str, Any] | None:
+        summaries = await asyncio.to_thread(read_summaries, self._paths(thread_id))
+        summary = summaries.get(run_id)
+        if summary is None or (user_id is not None and summary.get("user_id") != user_id):
+            return None
+        return summary
+
+    async def _list_run_summaries(
+        self, thread_id: str, user_id: str | None
+    ) -> list[dict[str, Any]]:
+        summaries = await asyncio.to_thread(read_summaries, self._paths(thread_id))
+        return [s for s in summaries.values() if user_id is None or s.get("user_id") == user_id]
+
+
+@functools.lru_cache(maxsize=1024)
+def _thread_paths(base_dir: Path, thread_id: str) -> ThreadPaths:
+    return ThreadPaths(base_dir, thread_id)
+
+
+def _write_thread(
+    lt: LockedThread,
+    last_seq: int,
+    lines: dict[str, list[bytes]],
+    marker: Path | None,
+    begun: list[LockedThread],
+) -> _Sizes:
+    """Record the thread's file sizes, then append each file's lines with one write call."""
+    before = {name: prepare_append(lt.paths.runs / name) for name in lines}
+    lt.begin(last_seq, before, marker)
+    begun.append(lt)
+    sizes = {}
+    for name, size in before.items():
+        data = b"".join(lines[name])
+        append_file(lt.paths.runs / name, data)
+        sizes[name] = (size, size + len(data))
+    return sizes
+
+
+def _delete_rows(paths: ThreadPaths, cache: ThreadCache, run_id: str, user_id: str | None) -> int:
+    rows = cache.index("all", run_id, None).rows
+    doomed = sum(1 for row in rows if user_id is None or row.user_id == user_id)
+    if doomed == len(rows):
+        paths.run_file(run_id).unlink(missing_ok=True)
+    elif doomed:
+        rewrite_file(paths.run_file(run_id), [row.line for row in rows if row.user_id != user_id])
+    return doomed

@@ -1,0 +1,244 @@
+"""The JSONL store's in-process view of a thread: parsed rows, indexes and read offsets.
+
+A ``ThreadCache`` remembers how far it has read each run file and the thread's ``gen`` and
+``epoch`` at that moment. While the state file shows the same ``gen`` the cache is current;
+when only ``gen`` moved, just the bytes appended since are read; when ``epoch`` moved (a delete
+or a rolled-back batch shrank files) everything is read again.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from deerflow_journal.records import PendingEvent, RunEvent
+from deerflow_journal.stores.base import MessagePage
+from deerflow_journal.stores.jsonl_files import ThreadState, read_lines, run_file_sizes
+from deerflow_journal.stores.jsonl_paths import ThreadPaths
+
+__all__ = ["Row", "RowIndex", "ThreadCache", "encode_line"]
+
+logger = logging.getLogger(__name__)
+
+_RECORD_KEYS = (
+    "thread_id",
+    "run_id",
+    "seq",
+    "event_type",
+    "category",
+    "content",
+    "metadata",
+    "created_at",
+    "user_id",
+)
+
+
+def encode_line(event: PendingEvent, seq: int) -> bytes:
+    """Return the stored line of ``event`` at ``seq``: the record as JSON and a newline."""
+    return orjson.dumps(
+        {
+            "thread_id": event.thread_id,
+            "run_id": event.run_id,
+            "seq": seq,
+            "event_type": event.event_type,
+            "category": event.category,
+            "content": orjson.Fragment(event.content_json),
+            "metadata": orjson.Fragment(event.metadata_json),
+            "created_at": event.created_at,
+            "user_id": event.user_id,
+        },
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
+
+
+@dataclass(slots=True)
+class Row:
+    """One stored event: its line (newline included) plus the fields queries look at."""
+
+    seq: int
+    line: bytes
+    run_id: str
+    event_type: str
+    category: str
+    user_id: str | None
+    task_id: Any
+    caller: Any
+
+    @classmethod
+    def written(cls, event: PendingEvent, seq: int, line: bytes) -> Row:
+        """The row of an event this process has just written."""
+        meta = event.metadata
+        return cls(
+            seq,
+            line,
+            event.run_id,
+            event.event_type,
+            event.category,
+            event.user_id,
+            meta.get("task_id"),
+            meta.get("caller"),
+        )
+
+    @classmethod
+    def parse(cls, line: bytes, thread_id: str) -> Row | None:
+        """The row stored in ``line``, or ``None`` if the line is not a record of the thread."""
+        try:
+            data = orjson.loads(line)
+            run_id, seq, meta = data["run_id"], data["seq"], data["metadata"]
+            event_type, category = data["event_type"], data["category"]
+            user, has_content = data.get("user_id"), "content" in data
+            created_at_ok = type(data["created_at"]) is str
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+        if not (
+            data["thread_id"] == thread_id
+            and has_content
+            and created_at_ok
+            and type(seq) is int
+            and type(meta) is dict
+            and type(run_id) is str
+            and type(event_type) is str
+            and type(category) is str
+            and (user is None or type(user) is str)
+        ):
+            return None
+        return cls(
+            seq, line, run_id, event_type, category, user, meta.get("task_id"), meta.get("caller")
+        )
+
+    def record(self) -> RunEvent:
+        """Decode a fresh copy of the stored record (unknown keys dropped)."""
+        data = orjson.loads(self.line)
+        if len(data) != len(_RECORD_KEYS):
+            data = {k: data[k] for k in _RECORD_KEYS if k in data}
+            data.setdefault("user_id", None)
+        return data
+
+
+@dataclass(slots=True)
+class RowIndex:
+    """Rows in ascending seq with a parallel seq list for O(log n) range lookups."""
+
+    seqs: list[int] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, row: Row) -> None:
+        """Append a row whose seq is above every seq already here."""
+        self.seqs.append(row.seq)
+        self.rows.append(row)
+
+    def page(self, page: MessagePage) -> list[Row]:
+        """The rows of a message page (see ``RunEventStore.list_messages``)."""
+        lo = 0 if page.after_seq is None else bisect.bisect_right(self.seqs, page.after_seq)
+        hi = len(self.seqs)
+        if page.before_seq is not None:
+            hi = bisect.bisect_left(self.seqs, page.before_seq)
+        if hi <= lo:
+            return []
+        if page.from_end:
+            return self.rows[max(lo, hi - page.limit) : hi]
+        return self.rows[lo : min(hi, lo + page.limit)]
+
+    def after(self, after_seq: int | None) -> Iterator[Row]:
+        """The rows above ``after_seq``, in order."""
+        start = 0 if after_seq is None else bisect.bisect_right(self.seqs, after_seq)
+        return (self.rows[i] for i in range(start, len(self.rows)))
+
+
+_EMPTY = RowIndex()
+
+
+class ThreadCache:
+    """What this process has read of one thread's run files."""
+
+    __slots__ = ("epoch", "gen", "indexes", "offsets", "thread_id")
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self._reset()
+
+    def _reset(self) -> None:
+        self.gen: int | None = None
+        self.epoch: int | None = None
+        self.offsets: dict[str, int] = {}
+        self.indexes: dict[tuple[str, str | None, str | None], RowIndex] = {}
+
+    def matches(self, state: ThreadState) -> bool:
+        """Whether the cache holds exactly what ``state`` describes."""
+        return self.gen == state.gen and self.epoch == state.epoch
+
+    def index(self, kind: str, run_id: str | None, user_id: str | None) -> RowIndex:
+        """Rows of ``kind`` ("all" or "msg"), optionally of one run and one user."""
+        return self.indexes.get((kind, run_id, user_id), _EMPTY)
+
+    def run_ids(self) -> list[str]:
+        """Every run with at least one row."""
+        return [run for kind, run, user in self.indexes if kind == "all" and run and not user]
+
+    def refresh(self, paths: ThreadPaths, state: ThreadState) -> None:
+        """Read what changed on disk since the last refresh (call with the thread locked)."""
+        if self.matches(state):
+            return
+        sizes = run_file_sizes(paths)
+        if state.epoch != self.epoch or any(
+            sizes.get(name, 0) < offset for name, offset in self.offsets.items()
+        ):
+            self._reset()
+        rows: list[Row] = []
+        for name, size in sizes.items():
+            offset = self.offsets.get(name, 0)
+            if size > offset:
+                rows.extend(self._read(paths, name, offset))
+        self._add(rows)
+        self.gen, self.epoch = state.gen, state.epoch
+
+    def _read(self, paths: ThreadPaths, name: str, offset: int) -> list[Row]:
+        lines, self.offsets[name] = read_lines(paths.runs / name, offset)
+        rows = [Row.parse(line, self.thread_id) for line in lines]
+        parsed = [row for row in rows if row is not None]
+        if len(parsed) != len(rows):
+            logger.warning("skipped %d unreadable line(s) in %s", len(rows) - len(parsed), name)
+        return parsed
+
+    def apply(
+        self,
+        before: ThreadState,
+        after: ThreadState,
+        sizes: dict[str, tuple[int, int]],
+        rows: list[Row],
+    ) -> None:
+        """Take in a batch this process wrote, if the cache was current before it."""
+        if not self.matches(before) or any(
+            self.offsets.get(name, 0) != old for name, (old, _) in sizes.items()
+        ):
+            self.gen = None
+            return
+        for name, (_, new) in sizes.items():
+            self.offsets[name] = new
+        self._add(rows)
+        self.gen, self.epoch = after.gen, after.epoch
+
+    def _add(self, rows: Iterable[Row]) -> None:
+        rows = sorted(rows, key=lambda row: row.seq)
+        top = self.index("all", None, None).seqs
+        if rows and top and rows[0].seq <= top[-1]:
+            rows = sorted([*self.index("all", None, None).rows, *rows], key=lambda r: r.seq)
+            self.indexes = {}
+        for row in rows:
+            self._add_row(row)
+
+    def _add_row(self, row: Row) -> None:
+        kinds = ("all", "msg") if row.category == "message" else ("all",)
+        for user in {None, row.user_id}:
+            for run in (None, row.run_id):
+                for kind in kinds:
+                    key = (kind, run, user)
+                    index = self.indexes.get(key)
+                    if index is None:
+                        index = self.indexes[key] = RowIndex()
+                    index.add(row)

@@ -1,0 +1,259 @@
+"""Crash-safe file steps of the JSONL store: the thread lock, the state file and recovery.
+
+A thread's ``state`` file holds a fixed-size header (last seq, ``gen``, ``epoch``, length of
+the pending record) followed by the pending record of the batch being written, if any. Each
+change is one ``pwrite`` of the header, so no rename and no fsync is on the write path.
+
+A batch is written as: record the size of every run file it touches (``begin``), append each
+file's lines with one write call, then clear the pending record (``commit``). Whoever next takes
+the thread's lock and finds a pending record truncates those files back to the recorded sizes
+(``recover``), so a killed writer leaves all of its batch or none of it. A batch spanning
+threads also creates a marker under ``batches/`` before it begins and removes it as its single
+commit point; recovery rolls a thread forward when the marker is gone and back when it is not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from filelock import lock_descriptor, unlock_descriptor
+
+from deerflow_journal.stores.jsonl_paths import RUN_SUFFIX, ThreadPaths
+
+__all__ = [
+    "LockedThread",
+    "ThreadState",
+    "append_file",
+    "create_batch_marker",
+    "lock_thread",
+    "peek_state",
+    "prepare_append",
+    "read_lines",
+    "rewrite_file",
+    "run_file_sizes",
+]
+
+logger = logging.getLogger(__name__)
+
+_HEADER = b"%020d %020d %020d %020d\n"
+_HEADER_SIZE = len(_HEADER % (0, 0, 0, 0))
+_LOCK_POLL_SECONDS = 0.001
+_TAIL_CHUNK = 65536
+
+
+@dataclass(slots=True)
+class ThreadState:
+    """A thread's counters: ``gen`` moves on every change, ``epoch`` when files shrink."""
+
+    seq: int = 0
+    gen: int = 0
+    epoch: int = 0
+    pending: dict[str, Any] | None = None
+
+
+def _parse_state(data: bytes) -> ThreadState:
+    if not data:
+        return ThreadState()
+    fields = data[:_HEADER_SIZE].split()
+    if len(data) < _HEADER_SIZE or len(fields) != 4 or not all(f.isdigit() for f in fields):
+        raise ValueError("malformed state header")
+    seq, gen, epoch, pending_size = (int(f) for f in fields)
+    pending = None
+    if pending_size:
+        pending = orjson.loads(data[_HEADER_SIZE : _HEADER_SIZE + pending_size])
+    return ThreadState(seq, gen, epoch, pending)
+
+
+def peek_state(paths: ThreadPaths) -> ThreadState | None:
+    """Read the state without the lock: ``None`` for a thread never written.
+
+    A torn or malformed read comes back with ``gen == -1`` so that it never matches a cache.
+    """
+    try:
+        data = paths.state.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return _parse_state(data)
+    except ValueError:
+        return ThreadState(gen=-1)
+
+
+def run_file_sizes(paths: ThreadPaths) -> dict[str, int]:
+    """Map each run file name of the thread to its size."""
+    try:
+        entries = list(os.scandir(paths.runs))
+    except FileNotFoundError:
+        return {}
+    return {e.name: e.stat().st_size for e in entries if e.name.endswith(RUN_SUFFIX)}
+
+
+def read_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
+    """Return the complete lines after ``offset`` (newline kept) and the offset past them.
+
+    An unfinished last line (a torn write) is left for later: it is not returned.
+    """
+    lines = []
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            lines.append(line)
+            offset += len(line)
+    return lines, offset
+
+
+def prepare_append(path: Path) -> int:
+    """Create ``path`` if needed, cut off a torn last line, and return its size."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            size = _cut_torn_tail(fd, size)
+            logger.warning("dropped an unfinished last line of %s", path)
+        return size
+    finally:
+        os.close(fd)
+
+
+def _cut_torn_tail(fd: int, size: int) -> int:
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    os.ftruncate(fd, end)
+    return end
+
+
+def append_file(path: Path, data: bytes) -> None:
+    """Append ``data`` with one write call (repeated only if the OS writes less)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def create_batch_marker(base_dir: Path) -> Path:
+    """Create the marker of a batch spanning threads; removing it commits the batch."""
+    marker = base_dir / "batches" / uuid.uuid4().hex
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    return marker
+
+
+class LockedThread:
+    """A thread whose lock is held: its state and the write steps that keep it crash-safe."""
+
+    def __init__(self, paths: ThreadPaths, state_fd: int) -> None:
+        self.paths = paths
+        self._fd = state_fd
+        try:
+            self.state = _parse_state(os.pread(state_fd, os.fstat(state_fd).st_size, 0))
+        except ValueError:
+            logger.warning("rebuilding the unreadable state file %s", paths.state)
+            # New counters no cache can hold, and the highest seq any line still carries.
+            now = time.time_ns()
+            self.state = ThreadState(seq=_max_seq(paths), gen=now, epoch=now)
+            self._save()
+        if self.state.pending is not None:
+            self.recover()
+
+    def _save(self) -> None:
+        state = self.state
+        pending = b"" if state.pending is None else orjson.dumps(state.pending)
+        if pending:
+            os.pwrite(self._fd, pending, _HEADER_SIZE)
+        header = _HEADER % (state.seq, state.gen, state.epoch, len(pending))
+        os.pwrite(self._fd, header, 0)
+
+    def begin(self, last_seq: int, sizes: dict[str, int], batch: Path | None) -> None:
+        """Record the run file sizes before a batch, and the seq it will end at."""
+        marker = None if batch is None else batch.name
+        self.state.seq = last_seq
+        self.state.gen += 1
+        self.state.pending = {"files": sizes, "batch": marker}
+        self._save()
+
+    def commit(self) -> None:
+        """Clear the pending record: the batch is in."""
+        self.state.pending = None
+        self._save()
+
+    def recover(self) -> None:
+        """Finish a batch a dead writer left: forward if it was committed, else back."""
+        pending = self.state.pending or {}
+        marker = pending.get("batch")
+        committed = marker is not None and not (self.paths.base_dir / "batches" / marker).exists()
+        if committed:
+            self.state.gen += 1
+            self.commit()
+        else:
+            logger.warning("rolling back an unfinished batch in %s", self.paths.dir)
+            self.rollback()
+
+    def rollback(self) -> None:
+        """Truncate the files of the pending batch back to their sizes before it."""
+        for name, size in (self.state.pending or {}).get("files", {}).items():
+            with contextlib.suppress(FileNotFoundError):
+                os.truncate(self.paths.runs / name, size)
+        self.mark_shrunk()
+
+    def mark_shrunk(self) -> None:
+        """Note that run files shrank or went away, so every reader re-reads them."""
+        self.state.gen += 1
+        self.state.epoch += 1
+        self.state.pending = None
+        self._save()
+
+
+def _max_seq(paths: ThreadPaths) -> int:
+    best = 0
+    for name in run_file_sizes(paths):
+        for line in read_lines(paths.runs / name, 0)[0]:
+            with contextlib.suppress(orjson.JSONDecodeError, AttributeError, TypeError):
+                seq = orjson.loads(line).get("seq")
+                best = max(best, seq if isinstance(seq, int) else 0)
+    return best
+
+
+@contextlib.contextmanager
+def lock_thread(paths: ThreadPaths) -> Iterator[LockedThread]:
+    """Hold the thread's file lock (creating its directory) and yield it, recovered."""
+    paths.runs.mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        lock_descriptor(lock_fd, poll_interval=_LOCK_POLL_SECONDS)
+        try:
+            state_fd = os.open(paths.state, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                yield LockedThread(paths, state_fd)
+            finally:
+                os.close(state_fd)
+        finally:
+            unlock_descriptor(lock_fd)
+    finally:
+        os.close(lock_fd)
+
+
+def rewrite_file(path: Path, lines: list[bytes]) -> None:
+    """Replace ``path`` with ``lines`` (each ending in a newline) in one atomic rename."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    tmp.write_bytes(b"".join(lines))
+    os.replace(tmp, path)

@@ -1,0 +1,63 @@
+"""Run summaries of the JSONL store: one JSON line per write, the last line of a run wins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from deerflow_journal.stores.jsonl_files import (
+    append_file,
+    prepare_append,
+    read_lines,
+    rewrite_file,
+)
+from deerflow_journal.stores.jsonl_paths import ThreadPaths
+
+__all__ = ["append_summary", "delete_summaries", "read_summaries"]
+
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
+
+
+def append_summary(paths: ThreadPaths, summary: dict[str, Any]) -> None:
+    """Append one summary line (call with the thread locked)."""
+    prepare_append(paths.summaries)
+    append_file(paths.summaries, orjson.dumps(summary, option=_NEWLINE))
+
+
+def read_summaries(paths: ThreadPaths) -> dict[str, dict[str, Any]]:
+    """The thread's summaries by run, in first-written order, each the last one written."""
+    try:
+        lines, _ = read_lines(paths.summaries, 0)
+    except FileNotFoundError:
+        return {}
+    summaries: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        try:
+            data = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and data.get("thread_id") == paths.thread_id:
+            run_id = data.get("run_id")
+            if isinstance(run_id, str):
+                summaries[run_id] = data
+    return summaries
+
+
+def delete_summaries(paths: ThreadPaths, run_id: str | None, user_id: str | None) -> None:
+    """Drop the summaries of one run (or all), optionally only one user's (thread locked)."""
+    summaries = read_summaries(paths)
+    kept = [
+        s
+        for s in summaries.values()
+        if not (
+            (run_id is None or s["run_id"] == run_id)
+            and (user_id is None or s.get("user_id") == user_id)
+        )
+    ]
+    if len(kept) == len(summaries):
+        return
+    if kept:
+        rewrite_file(paths.summaries, [orjson.dumps(s, option=_NEWLINE) for s in kept])
+    else:
+        paths.summaries.unlink(missing_ok=True)
