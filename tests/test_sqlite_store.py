@@ -18,6 +18,7 @@ import pytest
 
 from deerflow_journal import RunSummary, SqliteRunEventStore, open_store
 from deerflow_journal.stores import sqlite as sqlite_module
+from deerflow_journal.stores.sqlite_schema import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 T = "thread-1"
@@ -151,7 +152,7 @@ async def test_setup_is_idempotent_and_records_the_schema_version(tmp_path: Path
     with sqlite3.connect(path) as db:
         versions = [v for (v,) in db.execute("SELECT v FROM run_event_migrations ORDER BY v")]
         (mode,) = db.execute("PRAGMA journal_mode").fetchone()
-    assert versions == list(range(len(sqlite_module.MIGRATIONS)))
+    assert versions == list(range(len(MIGRATIONS)))
     assert mode == "wal"
 
 
@@ -207,7 +208,7 @@ def test_setup_from_several_processes_at_once(tmp_path: Path):
     assert [seq for seq, _ in thread_rows(path, "t")] == [1, 2, 3, 4]
     with sqlite3.connect(path) as db:
         versions = [v for (v,) in db.execute("SELECT v FROM run_event_migrations ORDER BY v")]
-    assert versions == list(range(len(sqlite_module.MIGRATIONS)))
+    assert versions == list(range(len(MIGRATIONS)))
 
 
 # -- several processes -------------------------------------------------------------------------

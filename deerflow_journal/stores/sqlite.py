@@ -34,8 +34,9 @@ from deerflow_journal.records import (
     encode_json,
 )
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["BUSY_TIMEOUT_SECONDS", "MIGRATIONS", "SqliteRunEventStore"]
+__all__ = ["BUSY_TIMEOUT_SECONDS", "ROWS_PER_STATEMENT", "SqliteRunEventStore"]
 
 #: How long a writer waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -48,81 +49,6 @@ _PARAMS_PER_EVENT = 10
 ROWS_PER_STATEMENT = _MAX_VARIABLES // _PARAMS_PER_EVENT
 # Longer IN lists go through one JSON parameter instead of one placeholder per value.
 _MAX_IN_PLACEHOLDERS = 64
-
-#: Schema migrations; a migration's index in this list is the schema version it creates.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE run_events (
-            id INTEGER PRIMARY KEY,
-            thread_id TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            event_type TEXT NOT NULL,
-            category TEXT NOT NULL,
-            content TEXT NOT NULL,
-            metadata TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            user_id TEXT,
-            task_id TEXT,
-            caller TEXT,
-            UNIQUE (thread_id, seq)
-        )""",
-        """CREATE TABLE run_thread_seq (
-            thread_id TEXT PRIMARY KEY,
-            last_seq INTEGER NOT NULL
-        ) WITHOUT ROWID""",
-        # Any insert, by this store or anyone else, must take the thread's next seq.
-        """CREATE TRIGGER run_events_next_seq BEFORE INSERT ON run_events
-        BEGIN
-            SELECT RAISE(ABORT, 'run_events.seq must be run_thread_seq.last_seq + 1')
-            WHERE NEW.seq IS NOT coalesce(
-                (SELECT last_seq FROM run_thread_seq WHERE thread_id = NEW.thread_id), 0) + 1;
-            INSERT INTO run_thread_seq (thread_id, last_seq) VALUES (NEW.thread_id, NEW.seq)
-            ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq;
-        END""",
-        # Rows are append-only in what seq and the message counts depend on.
-        """CREATE TRIGGER run_events_fixed_keys
-        BEFORE UPDATE OF thread_id, seq, category, user_id ON run_events
-        BEGIN
-            SELECT RAISE(ABORT, 'run_events rows keep their thread, seq, category and user');
-        END""",
-        """CREATE TABLE run_message_counts (
-            thread_id TEXT NOT NULL,
-            user_key TEXT NOT NULL,
-            messages INTEGER NOT NULL,
-            PRIMARY KEY (thread_id, user_key)
-        ) WITHOUT ROWID""",
-        """CREATE TRIGGER run_events_count_message AFTER INSERT ON run_events
-        WHEN NEW.category = 'message'
-        BEGIN
-            INSERT INTO run_message_counts (thread_id, user_key, messages)
-            VALUES (NEW.thread_id, coalesce(NEW.user_id, ''), 1)
-            ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + 1;
-        END""",
-        """CREATE TRIGGER run_events_uncount_message AFTER DELETE ON run_events
-        WHEN OLD.category = 'message'
-        BEGIN
-            UPDATE run_message_counts SET messages = messages - 1
-            WHERE thread_id = OLD.thread_id AND user_key = coalesce(OLD.user_id, '');
-        END""",
-        "CREATE INDEX run_events_thread_category ON run_events (thread_id, category, seq)",
-        "CREATE INDEX run_events_thread_run ON run_events (thread_id, run_id, seq)",
-        """CREATE INDEX run_events_thread_run_task
-            ON run_events (thread_id, run_id, task_id, seq) WHERE task_id IS NOT NULL""",
-        """CREATE INDEX run_events_thread_user_category
-            ON run_events (thread_id, user_id, category, seq) WHERE user_id IS NOT NULL""",
-    ),
-    (
-        """CREATE TABLE run_summaries (
-            id INTEGER PRIMARY KEY,
-            thread_id TEXT NOT NULL,
-            run_id TEXT NOT NULL,
-            user_id TEXT,
-            summary TEXT NOT NULL,
-            UNIQUE (thread_id, run_id)
-        )""",
-    ),
-)
 
 _COLUMNS = "thread_id, run_id, seq, event_type, category, content, metadata, created_at, user_id"
 _BATCH_COLUMNS = (
@@ -214,12 +140,12 @@ class SqliteRunEventStore(RunEventStore):
             )
             rows = list(await db.execute_fetchall("SELECT max(v) FROM run_event_migrations"))
             current = -1 if rows[0][0] is None else rows[0][0]
-            if current >= len(MIGRATIONS):
+            if current > SCHEMA_VERSION:
                 raise RuntimeError(
                     f"the journal database has schema version {current}, newer than this "
-                    f"deerflow-journal knows ({len(MIGRATIONS) - 1}): upgrade deerflow-journal"
+                    f"deerflow-journal knows ({SCHEMA_VERSION}): upgrade deerflow-journal"
                 )
-            for version in range(current + 1, len(MIGRATIONS)):
+            for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[version]:
                     await db.execute_fetchall(statement)
                 await db.execute_fetchall(
