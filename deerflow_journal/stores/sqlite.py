@@ -1,7 +1,7 @@
 """``SqliteRunEventStore``: the default backend, one SQLite file shared by many processes.
 
-Seq assignment lives in the database. Every append is one ``INSERT ... SELECT ... RETURNING``
-statement that reads each thread's counter in ``run_thread_seq`` and numbers the batch from it;
+Seq assignment lives in the database. Every append is one ``INSERT ... RETURNING`` statement
+that reads each thread's counter in ``run_thread_seq`` and numbers the batch from it;
 a write statement takes SQLite's write lock before it reads anything, so concurrent writers in
 other processes queue on the busy timeout instead of reading the same counter. A trigger moves
 the counter with every row and refuses a row whose seq does not follow it, so seq stays unique,
@@ -46,6 +46,7 @@ _MIN_SQLITE = (3, 35, 0)
 # SQLite's default bound-variable limit (999 before 3.32); larger batches are chunked.
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 _PARAMS_PER_EVENT = 10
+#: Events per INSERT statement; a larger batch is split into several in one transaction.
 ROWS_PER_STATEMENT = _MAX_VARIABLES // _PARAMS_PER_EVENT
 # Longer IN lists go through one JSON parameter instead of one placeholder per value.
 _MAX_IN_PLACEHOLDERS = 64
