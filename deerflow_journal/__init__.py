@@ -1,5 +1,7 @@
 """deerflow-journal: a durable, queryable record of LangChain and LangGraph agent runs."""
 
+from typing import Any
+
 from deerflow_journal.catalog import (
     FIXED_RUN_EVENT_DEFINITIONS,
     JOURNAL_RUN_EVENT_DEFINITIONS,
@@ -124,6 +126,7 @@ __all__ = [
     "WORKSPACE_SKIPPED_DIRS",
     "JsonlRunEventStore",
     "MemoryRunEventStore",
+    "PostgresRunEventStore",
     "RunEvent",
     "RunEventDefinition",
     "RunEventPattern",
@@ -156,3 +159,12 @@ __all__ = [
     "visible_messages",
     "workspace_changes_event",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresRunEventStore is imported on first use, so psycopg stays an optional extra.
+    if name == "PostgresRunEventStore":
+        from deerflow_journal.stores.postgres import PostgresRunEventStore
+
+        return PostgresRunEventStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

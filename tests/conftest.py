@@ -10,7 +10,7 @@ from deerflow_journal import RunEventStore
 from tests.backends import BACKENDS, Backend
 
 
-@pytest.fixture(params=[b.name for b in BACKENDS])
+@pytest.fixture(params=[pytest.param(b.name, marks=b.marks) for b in BACKENDS])
 async def backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Backend]:
     """One backend, bound to a location private to this test."""
     backend_class = next(b for b in BACKENDS if b.name == request.param)
@@ -21,7 +21,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Bac
         await bound.cleanup()
 
 
-@pytest.fixture(params=[b.name for b in BACKENDS if b.persistent])
+@pytest.fixture(params=[pytest.param(b.name, marks=b.marks) for b in BACKENDS if b.persistent])
 async def persistent_backend(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Backend]:
     """A backend whose stores share data across instances and processes."""
     backend_class = next(b for b in BACKENDS if b.name == request.param)

@@ -1,0 +1,427 @@
+"""``PostgresRunEventStore``: one journal shared by many processes on many machines.
+
+The only module that imports psycopg. Seq numbers come from a per-thread counter row, updated
+under a transaction-level advisory lock on the thread, so concurrent writers anywhere keep seq
+unique, gap-free and increasing in commit order. Each batch is one transaction; on a libpq with
+pipeline mode its statements travel in a single round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from decimal import Decimal
+from typing import Any, Self
+
+try:
+    from psycopg import AsyncConnection, AsyncCursor, Capabilities
+    from psycopg.rows import TupleRow, tuple_row
+    from psycopg_pool import AsyncConnectionPool
+except ImportError as exc:
+    raise ImportError(
+        "PostgresRunEventStore needs psycopg 3 and psycopg-pool; install them with "
+        "pip install 'deerflow-journal[postgres]'"
+    ) from exc
+
+from deerflow_journal.records import (
+    DEFAULT_MAX_TRACE_CONTENT,
+    PendingEvent,
+    RunEvent,
+    decode_json,
+    encode_json,
+    normalise_created_at,
+)
+from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+
+__all__ = ["MIGRATIONS", "PostgresRunEventStore"]
+
+#: Schema migrations; the index of a statement in this list is its schema version.
+MIGRATIONS: tuple[str, ...] = (
+    """CREATE TABLE run_events (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        thread_id text NOT NULL,
+        run_id text NOT NULL,
+        seq bigint NOT NULL,
+        event_type varchar(32) NOT NULL,
+        category varchar(16) NOT NULL,
+        content jsonb NOT NULL,
+        metadata jsonb NOT NULL,
+        created_at timestamptz NOT NULL,
+        user_id text,
+        task_id text,
+        caller text,
+        CONSTRAINT run_events_thread_seq UNIQUE (thread_id, seq)
+    )""",
+    "CREATE INDEX run_events_thread_category_seq ON run_events (thread_id, category, seq)",
+    "CREATE INDEX run_events_thread_run_seq ON run_events (thread_id, run_id, seq)",
+    """CREATE INDEX run_events_thread_run_task_seq ON run_events (thread_id, run_id, task_id, seq)
+        WHERE task_id IS NOT NULL""",
+    """CREATE INDEX run_events_thread_user_category_seq
+        ON run_events (thread_id, user_id, category, seq) WHERE user_id IS NOT NULL""",
+    """CREATE INDEX run_events_thread_user_run_seq
+        ON run_events (thread_id, user_id, run_id, seq) WHERE user_id IS NOT NULL""",
+    "CREATE TABLE run_thread_seq (thread_id text PRIMARY KEY, last_seq bigint NOT NULL)",
+    """CREATE TABLE run_summaries (
+        id bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+        thread_id text NOT NULL,
+        run_id text NOT NULL,
+        user_id text,
+        data jsonb NOT NULL,
+        PRIMARY KEY (thread_id, run_id)
+    )""",
+)
+
+_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS run_event_migrations (
+    v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"""
+# Advisory lock keys: one for migrations, and per thread a 64-bit hash of its id.
+_SETUP_LOCK_KEY = 0x6465657266_6A6E  # "deerf" "jn"
+_THREAD_LOCK_SEED = 0x6A6F75726E616C  # "journal"
+_LOCK_THREADS = f"""SELECT pg_advisory_xact_lock(k) FROM (
+    SELECT DISTINCT hashtextextended(t, {_THREAD_LOCK_SEED}) AS k FROM unnest(%s::text[]) AS t
+    ORDER BY k) AS keys"""
+
+_COLUMNS = (
+    "thread_id, run_id, seq, event_type, category, content::text, metadata::text, created_at, "
+    "user_id"
+)
+_INSERT_BATCH = """WITH b AS (
+    SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                         %b::text[], %b::text[], %b::text[], %b::text[])
+        WITH ORDINALITY AS b (thread_id, run_id, event_type, category, content, metadata,
+                              created_at, user_id, task_id, caller, ord)
+), n AS (
+    SELECT thread_id, count(*) AS n FROM b GROUP BY thread_id
+), c AS (
+    INSERT INTO run_thread_seq AS t (thread_id, last_seq) SELECT thread_id, n FROM n
+    ON CONFLICT (thread_id) DO UPDATE SET last_seq = t.last_seq + excluded.last_seq
+    RETURNING thread_id, last_seq
+), i AS (
+    INSERT INTO run_events (thread_id, run_id, seq, event_type, category, content, metadata,
+                            created_at, user_id, task_id, caller)
+    SELECT b.thread_id, b.run_id,
+           c.last_seq - n.n + row_number() OVER (PARTITION BY b.thread_id ORDER BY b.ord),
+           b.event_type, b.category, b.content::jsonb, b.metadata::jsonb,
+           b.created_at::timestamptz, b.user_id, b.task_id, b.caller
+    FROM b JOIN n USING (thread_id) JOIN c USING (thread_id)
+    ORDER BY b.ord
+)
+SELECT thread_id, last_seq FROM c"""
+_FIND_TYPE_IN_RUN = f"""SELECT {_COLUMNS} FROM run_events
+    WHERE thread_id = %s AND run_id = %s AND event_type = %s ORDER BY seq LIMIT 1"""
+_LAST_VISIBLE_AI = """SELECT r.run_id, e.seq FROM unnest(%s::text[]) AS r (run_id)
+CROSS JOIN LATERAL (
+    SELECT seq FROM run_events
+    WHERE thread_id = %s AND run_id = r.run_id AND category = 'message'
+      AND event_type = ANY(%s) AND (caller IS NULL OR NOT starts_with(caller, 'middleware:'))
+      {user}
+    ORDER BY seq DESC LIMIT 1
+) AS e"""
+_UPSERT_SUMMARY = """INSERT INTO run_summaries (thread_id, run_id, user_id, data)
+VALUES (%s, %s, %s, %s::jsonb)
+ON CONFLICT (thread_id, run_id) DO UPDATE SET user_id = excluded.user_id, data = excluded.data"""
+
+
+class PostgresRunEventStore(RunEventStore):
+    """Stores events in PostgreSQL through psycopg 3, for any number of writer processes.
+
+    Args:
+        dsn_or_pool: A connection string (the store opens, owns and closes its own pool) or an
+            open ``psycopg_pool.AsyncConnectionPool`` that the caller owns, for instance the one
+            of LangGraph's ``AsyncPostgresSaver``; the store never closes a pool it was given
+            and does not depend on its connections' autocommit or row factory settings.
+        max_trace_content: Byte limit for trace-category content (``None``: no limit).
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | AsyncConnectionPool,
+        *,
+        max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    ) -> None:
+        super().__init__(max_trace_content=max_trace_content)
+        if isinstance(dsn_or_pool, AsyncConnectionPool):
+            self._dsn: str | None = None
+            self._pool: AsyncConnectionPool | None = dsn_or_pool
+        elif isinstance(dsn_or_pool, str) and dsn_or_pool:
+            self._dsn = dsn_or_pool
+            self._pool = None
+        else:
+            raise TypeError(
+                "PostgresRunEventStore needs a DSN string or a psycopg_pool.AsyncConnectionPool, "
+                f"got {type(dsn_or_pool).__name__}"
+            )
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(
+        cls, conn_string: str, *, max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT
+    ) -> AsyncIterator[Self]:
+        """Open a set-up store with its own pool on ``conn_string``; close it on exit."""
+        async with cls(conn_string, max_trace_content=max_trace_content) as store:
+            yield store
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def _setup(self) -> None:
+        if self._pool is None:
+            self._pool = await _open_pool(self._dsn)
+        async with self._connection() as (conn, cur), _atomic(conn):
+            await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
+            await cur.execute(_MIGRATIONS_TABLE)
+            await cur.execute("SELECT coalesce(max(v), -1) FROM run_event_migrations")
+            version = (await cur.fetchone() or (-1,))[0]
+            for v in range(version + 1, len(MIGRATIONS)):
+                await cur.execute(MIGRATIONS[v])
+                await cur.execute("INSERT INTO run_event_migrations (v) VALUES (%s)", (v,))
+
+    async def _close(self) -> None:
+        if self._dsn is not None and self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    @contextlib.asynccontextmanager
+    async def _connection(
+        self,
+    ) -> AsyncIterator[tuple[AsyncConnection[Any], AsyncCursor[TupleRow]]]:
+        # Our own cursor and row factory: a shared pool may hand out dict rows.
+        assert self._pool is not None
+        async with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            yield conn, cur
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        async with self._connection() as (conn, cur):
+            async with _atomic(conn, pipeline=True):
+                await _lock_threads(conn, {e.thread_id for e in events})
+                await cur.execute(_INSERT_BATCH, _batch_columns(events))
+            # Fetched after COMMIT, so the whole batch costs one round trip.
+            last_seqs = dict(await cur.fetchall())
+        return _assign_seqs(events, last_seqs)
+
+    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
+        async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
+            await _lock_threads(conn, {event.thread_id})
+            await cur.execute(_FIND_TYPE_IN_RUN, (event.thread_id, event.run_id, event.event_type))
+            existing = await cur.fetchone()
+            if existing is not None:
+                return _record(existing), False
+            await cur.execute(_INSERT_BATCH, _batch_columns([event]))
+            last_seqs = dict(await cur.fetchall())
+        return _assign_seqs([event], last_seqs)[0], True
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def _select(self, sql: str, params: Sequence[Any]) -> list[TupleRow]:
+        async with self._connection() as (_, cur):
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    async def _list_messages(
+        self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
+    ) -> list[RunEvent]:
+        if page.limit == 0:
+            return []
+        where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
+        where += " AND category = 'message'"
+        if page.before_seq is not None:
+            where += " AND seq < %s"
+            params.append(page.before_seq)
+        if page.after_seq is not None:
+            where += " AND seq > %s"
+            params.append(page.after_seq)
+        order = "DESC" if page.from_end else "ASC"
+        sql = f"SELECT {_COLUMNS} FROM run_events WHERE {where} ORDER BY seq {order} LIMIT %s"
+        rows = await self._select(sql, [*params, page.limit])
+        if page.from_end:
+            rows.reverse()
+        return [_record(row) for row in rows]
+
+    async def _list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        event_types: tuple[str, ...] | None,
+        task_id: str | None,
+        limit: int,
+        after_seq: int | None,
+        user_id: str | None,
+    ) -> list[RunEvent]:
+        if limit == 0:
+            return []
+        where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
+        if event_types is not None:
+            where += " AND event_type = ANY(%s::text[])"
+            params.append(list(event_types))
+        if task_id is not None:
+            where += " AND task_id = %s"
+            params.append(task_id)
+        if after_seq is not None:
+            where += " AND seq > %s"
+            params.append(after_seq)
+        sql = f"SELECT {_COLUMNS} FROM run_events WHERE {where} ORDER BY seq LIMIT %s"
+        return [_record(row) for row in await self._select(sql, [*params, limit])]
+
+    async def _last_visible_ai_seq_by_run(
+        self, thread_id: str, run_ids: list[str], user_id: str | None
+    ) -> dict[str, int]:
+        params: list[Any] = [run_ids, thread_id, list(AI_RESPONSE_EVENT_TYPES)]
+        user = ""
+        if user_id is not None:
+            user = "AND user_id = %s"
+            params.append(user_id)
+        return dict(await self._select(_LAST_VISIBLE_AI.format(user=user), params))
+
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        where, params = _filters(thread_id, user_id=user_id)
+        sql = f"SELECT count(*) FROM run_events WHERE {where} AND category = 'message'"
+        return (await self._select(sql, params))[0][0]
+
+    async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
+        where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
+        async with self._connection() as (conn, cur), _atomic(conn):
+            await cur.execute(f"DELETE FROM run_events WHERE {where}", params)
+            deleted = cur.rowcount
+            await cur.execute(f"DELETE FROM run_summaries WHERE {where}", params)
+        return deleted
+
+    # -- run summaries -----------------------------------------------------------------------
+
+    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
+        params = (summary["thread_id"], summary["run_id"], summary["user_id"])
+        async with self._connection() as (_, cur):
+            await cur.execute(_UPSERT_SUMMARY, (*params, _jsonb_text(encode_json(summary))))
+
+    async def _get_run_summary(
+        self, thread_id: str, run_id: str, user_id: str | None
+    ) -> dict[str, Any] | None:
+        where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
+        rows = await self._select(f"SELECT data::text FROM run_summaries WHERE {where}", params)
+        return _decode(rows[0][0]) if rows else None
+
+    async def _list_run_summaries(
+        self, thread_id: str, user_id: str | None
+    ) -> list[dict[str, Any]]:
+        where, params = _filters(thread_id, user_id=user_id)
+        sql = f"SELECT data::text FROM run_summaries WHERE {where} ORDER BY id"
+        return [_decode(row[0]) for row in await self._select(sql, params)]
+
+
+_PIPELINE = Capabilities().has_pipeline()
+
+
+async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
+    # Autocommit lets a single-statement read cost one round trip; writes use transactions.
+    pool = AsyncConnectionPool(
+        dsn or "", min_size=1, max_size=10, open=False, kwargs={"autocommit": True}
+    )
+    try:
+        await pool.open(wait=True)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
+
+
+@contextlib.asynccontextmanager
+async def _atomic(conn: AsyncConnection[Any], *, pipeline: bool = False) -> AsyncIterator[None]:
+    """A transaction; with ``pipeline`` its statements and COMMIT are sent without waiting."""
+    piped = conn.pipeline() if pipeline and _PIPELINE else contextlib.nullcontext()
+    async with piped, conn.transaction():
+        yield
+
+
+async def _lock_threads(conn: AsyncConnection[Any], thread_ids: set[str]) -> None:
+    # Locks are taken in key order so that batches spanning threads cannot deadlock.
+    await conn.execute(_LOCK_THREADS, (sorted(thread_ids),))
+
+
+def _filters(
+    thread_id: str, *, run_id: str | None = None, user_id: str | None = None
+) -> tuple[str, list[Any]]:
+    where, params = "thread_id = %s", [thread_id]
+    if run_id is not None:
+        where += " AND run_id = %s"
+        params.append(run_id)
+    if user_id is not None:
+        where += " AND user_id = %s"
+        params.append(user_id)
+    return where, params
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _batch_columns(events: list[PendingEvent]) -> list[list[Any]]:
+    rows = [
+        (
+            e.thread_id,
+            e.run_id,
+            e.event_type,
+            e.category,
+            _jsonb_text(e.content_json),
+            _jsonb_text(e.metadata_json),
+            e.created_at,
+            e.user_id,
+            _text_or_none(e.metadata.get("task_id")),
+            _text_or_none(e.metadata.get("caller")),
+        )
+        for e in events
+    ]
+    return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _assign_seqs(events: list[PendingEvent], last_seqs: dict[str, int]) -> list[RunEvent]:
+    next_seq = dict(last_seqs)
+    for event in events:
+        next_seq[event.thread_id] -= 1
+    records = []
+    for event in events:
+        next_seq[event.thread_id] += 1
+        records.append(event.record(next_seq[event.thread_id]))
+    return records
+
+
+def _record(row: TupleRow) -> RunEvent:
+    thread_id, run_id, seq, event_type, category, content, metadata, created_at, user_id = row
+    return {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "seq": seq,
+        "event_type": event_type,
+        "category": category,
+        "content": _decode(content),
+        "metadata": _decode(metadata),
+        "created_at": normalise_created_at(created_at),
+        "user_id": user_id,
+    }
+
+
+def _decode(text: str) -> Any:
+    try:
+        return decode_json(text)
+    except ValueError:
+        # orjson reads the long decimal jsonb prints for a float near the limit as infinity.
+        return json.loads(text)
+
+
+def _jsonb_text(text: str) -> str:
+    """Spell floats with a positive exponent as decimals ending in ``.0``.
+
+    jsonb keeps a number's decimal digits, not its spelling: ``1e+16`` would come back as the
+    integer ``10000000000000000``, but ``10000000000000000.0`` comes back as the float.
+    """
+    if "e+" not in text:
+        return text
+    return _STRING_OR_EXPONENT.sub(_expand_exponent, text)
+
+
+_STRING_OR_EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?e\+\d+)')
+
+
+def _expand_exponent(match: re.Match[str]) -> str:
+    number = match.group(1)
+    return match.group(0) if number is None else f"{Decimal(number):f}.0"
