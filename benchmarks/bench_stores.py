@@ -141,7 +141,7 @@ async def bench_writes(tmp: Path, count: int, singles: int) -> None:
 async def read_figures(store: RunEventStore, thread: str, first_seq: int, total: int) -> dict:
     """Median latency (µs) of each read path on ``thread``, which holds ``total`` events."""
     middle = first_seq + total // 2
-    run = "run-0025"
+    run = "run-0002"
     queries = {
         "list_messages latest page": lambda: store.list_messages(thread, limit=50),
         "list_messages before_seq middle": lambda: store.list_messages(
@@ -165,7 +165,8 @@ async def read_figures(store: RunEventStore, thread: str, first_seq: int, total:
 
 async def fill_thread(store: RunEventStore, thread: str, size: int) -> int:
     """Write ``size`` small events (half of them a user's) to ``thread``; return the first seq."""
-    events = make_events(size, 50, thread_id=thread, text_bytes=200)
+    # Runs of 2,000 events whatever the thread size, so per-run queries compare like with like.
+    events = make_events(size, max(1, size // 2000), thread_id=thread, text_bytes=200)
     for event in events[::2]:
         event["user_id"] = "bench-user"
     first = None
@@ -175,21 +176,97 @@ async def fill_thread(store: RunEventStore, thread: str, size: int) -> int:
     return first
 
 
-async def bench_reads(tmp: Path, sizes: list[int]) -> None:
+RAW_COLUMNS = "thread_id, run_id, seq, event_type, category, content, metadata, created_at, user_id"
+
+
+def raw_records(rows: list[Any]) -> list[dict[str, Any]]:
+    """Build the same record dicts the store returns, with the stdlib JSON decoder."""
+    return [
+        {
+            "thread_id": r[0],
+            "run_id": r[1],
+            "seq": r[2],
+            "event_type": r[3],
+            "category": r[4],
+            "content": json.loads(r[5]),
+            "metadata": json.loads(r[6]),
+            "created_at": r[7],
+            "user_id": r[8],
+        }
+        for r in rows
+    ]
+
+
+async def raw_sqlite_figures(db: aiosqlite.Connection, thread: str, first: int, total: int):
+    """The same reads as ``read_figures``, as hand-written SQL through plain aiosqlite."""
+    middle = first + total // 2
+    run = "run-0002"
+    select = f"SELECT {RAW_COLUMNS} FROM run_events WHERE thread_id = ? "
+
+    async def page(sql: str, *params: Any) -> list[dict[str, Any]]:
+        return raw_records(list(await db.execute_fetchall(select + sql, (thread, *params))))
+
+    async def count(sql: str, *params: Any) -> int:
+        rows = await db.execute_fetchall(
+            "SELECT count(*) FROM run_events WHERE thread_id = ? " + sql, (thread, *params)
+        )
+        return next(iter(rows))[0]
+
+    latest = "AND category = 'message' ORDER BY seq DESC LIMIT 50"
+    before = "AND category = 'message' AND seq < ? ORDER BY seq DESC LIMIT 50"
+    queries = {
+        "list_messages latest page": lambda: page(latest),
+        "list_messages before_seq middle": lambda: page(before, middle),
+        "list_events event_types": lambda: page(
+            "AND run_id = ? AND event_type IN ('llm.tool.result') ORDER BY seq LIMIT 50", run
+        ),
+        "list_events task_id": lambda: page(
+            "AND run_id = ? AND task_id = 'task-1' ORDER BY seq LIMIT 50", run
+        ),
+        "count_messages": lambda: count("AND category = 'message'"),
+        "scoped list_messages latest page": lambda: page("AND user_id = 'bench-user' " + latest),
+        "scoped list_messages before_seq middle": lambda: page(
+            "AND user_id = 'bench-user' " + before, middle
+        ),
+        "scoped count_messages": lambda: count(
+            "AND category = 'message' AND user_id = ?", "bench-user"
+        ),
+    }
+    return {label: await median_seconds(fn) * 1e6 for label, fn in queries.items()}
+
+
+async def bench_reads(tmp: Path, sizes: list[int], sqlite_sizes: list[int]) -> None:
     for name, make in candidate_stores(tmp).items():
         figures: dict[int, dict[str, float]] = {}
+        raw: aiosqlite.Connection | None = None
         async with make() as store:
-            for size in sizes:
+            if name == "sqlite":
+                raw = await aiosqlite.connect(tmp / "store.db")
+            for size in sqlite_sizes if name == "sqlite" else sizes:
                 thread = f"{THREAD}-{size}"
                 first = await fill_thread(store, thread, size)
                 figures[size] = await read_figures(store, thread, first, size)
+                baseline = (
+                    None if raw is None else await raw_sqlite_figures(raw, thread, first, size)
+                )
                 for label, micros in figures[size].items():
-                    line(f"read {name} {size:,} {label}", micros, "µs")
-        if len(sizes) > 1:
-            small, big = figures[sizes[0]], figures[sizes[-1]]
+                    extra = (
+                        ""
+                        if baseline is None
+                        else (
+                            f"raw aiosqlite {baseline[label]:,.1f} µs = "
+                            f"{micros / baseline[label]:.2f}x raw"
+                        )
+                    )
+                    line(f"read {name} {size:,} {label}", micros, "µs", extra)
+        if raw is not None:
+            await raw.close()
+        measured = sorted(figures)
+        if len(measured) > 1:
+            small, big = figures[measured[0]], figures[measured[-1]]
             for label in small:
                 ratio = big[label] / small[label]
-                print(f"read {name} {label}: {sizes[-1]:,} vs {sizes[0]:,} = {ratio:.2f}x")
+                print(f"read {name} {label}: {measured[-1]:,} vs {measured[0]:,} = {ratio:.2f}x")
 
 
 async def main() -> None:
@@ -197,13 +274,18 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--singles", type=int, default=2000)
     parser.add_argument("--read-sizes", default="10000,100000")
+    parser.add_argument("--sqlite-read-sizes", default="10000,100000,1000000")
     parser.add_argument("--skip-reads", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         await bench_writes(Path(tmp), args.events, args.singles)
     if not args.skip_reads:
         with tempfile.TemporaryDirectory() as tmp:
-            await bench_reads(Path(tmp), [int(s) for s in args.read_sizes.split(",")])
+            await bench_reads(
+                Path(tmp),
+                [int(s) for s in args.read_sizes.split(",")],
+                [int(s) for s in args.sqlite_read_sizes.split(",")],
+            )
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ from deerflow_journal.stores import (
 )
 from deerflow_journal.stores.jsonl import JsonlRunEventStore
 from deerflow_journal.stores.memory import MemoryRunEventStore
+from deerflow_journal.stores.sqlite import SqliteRunEventStore
 from deerflow_journal.subagent import (
     SUBAGENT_END_STATUSES,
     SUBAGENT_EVENT_CATEGORY,
@@ -133,6 +134,7 @@ __all__ = [
     "RunEventStore",
     "RunJournal",
     "RunSummary",
+    "SqliteRunEventStore",
     "WorkspaceChangeLimits",
     "WorkspaceRoot",
     "WorkspaceSnapshot",

@@ -16,7 +16,12 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from deerflow_journal import JsonlRunEventStore, MemoryRunEventStore, RunEventStore
+from deerflow_journal import (
+    JsonlRunEventStore,
+    MemoryRunEventStore,
+    RunEventStore,
+    SqliteRunEventStore,
+)
 
 
 class Backend:
@@ -63,6 +68,16 @@ class JsonlBackend(Backend):
 
     def url(self) -> str:
         return f"jsonl:///{(self.tmp_path / 'jsonl').resolve()}"
+
+
+class SqliteBackend(Backend):
+    name = "sqlite"
+
+    def make(self, **options: Any) -> RunEventStore:
+        return SqliteRunEventStore(self.tmp_path / "journal.db", **options)
+
+    def url(self) -> str:
+        return f"sqlite:///{(self.tmp_path / 'journal.db').resolve()}"
 
 
 PG_DSN_ENV = "DEERFLOW_JOURNAL_TEST_PG_DSN"
@@ -130,4 +145,4 @@ class PostgresBackend(Backend):
             await c.execute(f"DROP SCHEMA {self.schema} CASCADE")
 
 
-BACKENDS: list[type[Backend]] = [MemoryBackend, JsonlBackend, PostgresBackend]
+BACKENDS: list[type[Backend]] = [MemoryBackend, JsonlBackend, SqliteBackend, PostgresBackend]

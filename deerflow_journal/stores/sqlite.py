@@ -1,0 +1,491 @@
+"""``SqliteRunEventStore``: the default backend, one SQLite file shared by many processes.
+
+Seq assignment lives in the database. Every append is one ``INSERT ... RETURNING`` statement
+that reads each thread's counter in ``run_thread_seq`` and numbers the batch from it;
+a write statement takes SQLite's write lock before it reads anything, so concurrent writers in
+other processes queue on the busy timeout instead of reading the same counter. A trigger moves
+the counter with every row and refuses a row whose seq does not follow it, so seq stays unique,
+gap-free and never reused (deletes leave the counter alone). Triggers also keep per-thread,
+per-user message counts, so ``count_messages`` does not grow with the thread. One statement is
+one round trip to aiosqlite's worker thread; only batches too large for one statement, deletes
+and setup use an explicit transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+import aiosqlite
+
+from deerflow_journal.records import (
+    DEFAULT_MAX_TRACE_CONTENT,
+    PendingEvent,
+    RunEvent,
+    decode_json,
+    encode_json,
+)
+from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+
+__all__ = ["BUSY_TIMEOUT_SECONDS", "ROWS_PER_STATEMENT", "SqliteRunEventStore"]
+
+#: How long a writer waits for another process's write transaction before giving up.
+BUSY_TIMEOUT_SECONDS = 30.0
+
+# RETURNING and MATERIALIZED common table expressions arrived in SQLite 3.35.
+_MIN_SQLITE = (3, 35, 0)
+# SQLite's default bound-variable limit (999 before 3.32); larger batches are chunked.
+_MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+_PARAMS_PER_EVENT = 10
+#: Events per INSERT statement; a larger batch is split into several in one transaction.
+ROWS_PER_STATEMENT = _MAX_VARIABLES // _PARAMS_PER_EVENT
+# Longer IN lists go through one JSON parameter instead of one placeholder per value.
+_MAX_IN_PLACEHOLDERS = 64
+
+_COLUMNS = "thread_id, run_id, seq, event_type, category, content, metadata, created_at, user_id"
+_BATCH_COLUMNS = (
+    "thread_id, run_id, event_type, category, content, metadata, created_at, user_id, "
+    "task_id, caller"
+)
+_AI_TYPES = ", ".join(f"'{t}'" for t in AI_RESPONSE_EVENT_TYPES)
+# The one-event form of ``_append_sql``: a plain VALUES row is cheaper to run than a CTE.
+_APPEND_ONE_SQL = (
+    f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES ("
+    "coalesce((SELECT last_seq FROM run_thread_seq WHERE thread_id = ?1), 0) + 1, "
+    f"{', '.join(f'?{i}' for i in range(1, _PARAMS_PER_EVENT + 1))}) RETURNING thread_id, seq"
+)
+_FIRST_OF_TYPE_SQL = (
+    f"SELECT {_COLUMNS} FROM run_events WHERE thread_id = ? AND run_id = ? AND event_type = ? "
+    "ORDER BY seq LIMIT 1"
+)
+
+
+class SqliteRunEventStore(RunEventStore):
+    """Events in one SQLite file (WAL), safe for several processes writing the same threads.
+
+    Args:
+        path_or_conn: a database path (parent directories are created) or an open
+            ``aiosqlite.Connection`` that the caller owns: the store never closes it, and its
+            writes commit on it, so do not hand in a connection holding uncommitted work.
+        max_trace_content: byte limit of trace-category content (``None``: no limit).
+    """
+
+    def __init__(
+        self,
+        path_or_conn: str | os.PathLike[str] | aiosqlite.Connection,
+        *,
+        max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    ) -> None:
+        super().__init__(max_trace_content=max_trace_content)
+        self._path: str | None
+        self._db: aiosqlite.Connection | None
+        if isinstance(path_or_conn, aiosqlite.Connection):
+            self._path, self._db = None, path_or_conn
+        elif isinstance(path_or_conn, str | os.PathLike):
+            self._path, self._db = os.fspath(path_or_conn), None
+        else:
+            raise TypeError(
+                "SqliteRunEventStore needs a path or an aiosqlite.Connection, "
+                f"got {type(path_or_conn).__name__}"
+            )
+        self._transaction_lock = asyncio.Lock()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def from_conn_string(
+        cls, path: str | os.PathLike[str], **options: Any
+    ) -> AsyncIterator[Self]:
+        """Open a set-up store on the database at ``path`` and close it on exit."""
+        async with cls(path, **options) as store:
+            yield store
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def _setup(self) -> None:
+        if sqlite3.sqlite_version_info < _MIN_SQLITE:
+            raise RuntimeError(
+                f"SqliteRunEventStore needs SQLite 3.35 or newer; this Python links "
+                f"{sqlite3.sqlite_version}: upgrade Python or use another store"
+            )
+        if self._db is None:
+            self._db = await _open(self._path or "")
+        try:
+            await self._migrate()
+        except BaseException:
+            await self._close()
+            raise
+
+    async def _close(self) -> None:
+        if self._path is not None and self._db is not None:
+            db, self._db = self._db, None
+            await db.close()
+
+    async def _migrate(self) -> None:
+        db = self._conn
+        if db.in_transaction:
+            await db.commit()
+        await db.execute_fetchall("PRAGMA journal_mode = WAL")  # kept in the file
+        async with self._transaction() as db:
+            await db.execute_fetchall(
+                "CREATE TABLE IF NOT EXISTS run_event_migrations "
+                "(v INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+            )
+            rows = list(await db.execute_fetchall("SELECT max(v) FROM run_event_migrations"))
+            current = -1 if rows[0][0] is None else rows[0][0]
+            if current > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"the journal database has schema version {current}, newer than this "
+                    f"deerflow-journal knows ({SCHEMA_VERSION}): upgrade deerflow-journal"
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[version]:
+                    await db.execute_fetchall(statement)
+                await db.execute_fetchall(
+                    "INSERT INTO run_event_migrations (v, applied_at) VALUES (?, ?)",
+                    (version, datetime.now(UTC).isoformat()),
+                )
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise RuntimeError("the store is closed; use `await store.setup()` to reopen it")
+        return self._db
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one statement in one round trip, after any transaction another task holds."""
+        if self._transaction_lock.locked():
+            async with self._transaction_lock:
+                return list(await self._conn.execute_fetchall(sql, params))
+        return list(await self._conn.execute_fetchall(sql, params))
+
+    async def _write(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one write statement, committed when it returns."""
+        db = self._conn
+        if db.isolation_level is None:  # autocommit: the statement commits itself
+            return await self._fetch(sql, params)
+        # A caller's connection in Python's implicit-transaction mode may open a transaction
+        # for the statement: commit it before any other task's statement can join it.
+        async with self._transaction_lock:
+            rows = list(await db.execute_fetchall(sql, params))
+            if db.in_transaction:
+                await db.commit()
+            return rows
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Hold SQLite's write lock (``BEGIN IMMEDIATE``) for several statements."""
+        async with self._transaction_lock:
+            db = self._conn
+            if db.in_transaction:
+                await db.commit()
+            await db.execute_fetchall("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                await db.rollback()
+                raise
+            await db.commit()
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        if len(events) == 1:
+            returned = await self._write(_APPEND_ONE_SQL, _batch_params(events))
+        elif len(events) <= ROWS_PER_STATEMENT:
+            returned = await self._write(_append_sql(len(events)), _batch_params(events))
+        else:
+            returned = []
+            async with self._transaction() as db:
+                for start in range(0, len(events), ROWS_PER_STATEMENT):
+                    chunk = events[start : start + ROWS_PER_STATEMENT]
+                    rows = await db.execute_fetchall(_append_sql(len(chunk)), _batch_params(chunk))
+                    returned.extend(rows)
+        return _numbered(events, returned)
+
+    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
+        while True:
+            returned = await self._write(_append_sql(1, if_absent=True), _batch_params([event]))
+            if returned:
+                return _numbered([event], returned)[0], True
+            key = (event.thread_id, event.run_id, event.event_type)
+            rows = await self._fetch(_FIRST_OF_TYPE_SQL, key)
+            if rows:  # else it was deleted in between: try again
+                return _record(rows[0]), False
+
+    async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
+        where, params = "thread_id = ?", [thread_id]
+        if run_id is not None:
+            where, params = where + " AND run_id = ?", [*params, run_id]
+        if user_id is not None:
+            where, params = where + " AND user_id = ?", [*params, user_id]
+        async with self._transaction() as db:
+            async with db.execute(f"DELETE FROM run_events WHERE {where}", params) as cursor:
+                deleted = cursor.rowcount
+            await db.execute_fetchall(f"DELETE FROM run_summaries WHERE {where}", params)
+            await db.execute_fetchall(
+                "DELETE FROM run_message_counts WHERE thread_id = ? AND messages = 0", [thread_id]
+            )
+        return deleted
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def _list_messages(
+        self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
+    ) -> list[RunEvent]:
+        if page.limit == 0:
+            return []
+        where, params = ["thread_id = ?", "category = 'message'"], [thread_id]
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        _filter_user(where, params, user_id, by_run=run_id is not None)
+        if page.before_seq is not None:
+            where.append("seq < ?")
+            params.append(page.before_seq)
+        if page.after_seq is not None:
+            where.append("seq > ?")
+            params.append(page.after_seq)
+        order = "DESC" if page.from_end else "ASC"
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM run_events WHERE {' AND '.join(where)} "
+            f"ORDER BY seq {order} LIMIT ?",
+            (*params, page.limit),
+        )
+        if page.from_end:
+            rows.reverse()
+        return [_record(row) for row in rows]
+
+    async def _list_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        event_types: tuple[str, ...] | None,
+        task_id: str | None,
+        limit: int,
+        after_seq: int | None,
+        user_id: str | None,
+    ) -> list[RunEvent]:
+        if limit == 0:
+            return []
+        where: list[str] = ["thread_id = ?", "run_id = ?"]
+        params: list[Any] = [thread_id, run_id]
+        if event_types is not None:
+            where.append(f"event_type IN {_in_list(event_types, params)}")
+        if task_id is not None:
+            where.append("task_id = ?")
+            params.append(task_id)
+        _filter_user(where, params, user_id, by_run=True)
+        if after_seq is not None:
+            where.append("seq > ?")
+            params.append(after_seq)
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM run_events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+            (*params, limit),
+        )
+        return [_record(row) for row in rows]
+
+    async def _last_visible_ai_seq_by_run(
+        self, thread_id: str, run_ids: list[str], user_id: str | None
+    ) -> dict[str, int]:
+        where = [
+            "thread_id = ?",
+            "run_id = runs.value",
+            "category = 'message'",
+            f"event_type IN ({_AI_TYPES})",
+            "(caller IS NULL OR caller NOT GLOB 'middleware:*')",
+        ]
+        params: list[Any] = [thread_id]
+        _filter_user(where, params, user_id, by_run=True)
+        rows = await self._fetch(
+            "SELECT runs.value, (SELECT seq FROM run_events WHERE "
+            f"{' AND '.join(where)} ORDER BY seq DESC LIMIT 1) "
+            "FROM json_each(?) AS runs",
+            (*params, encode_json(run_ids)),
+        )
+        return {run_id: seq for run_id, seq in rows if seq is not None}
+
+    async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
+        where, params = "thread_id = ?", [thread_id]
+        if user_id is not None:
+            # Rows with no user are counted under '' (never a valid user id).
+            where, params = where + " AND user_key = ?", [thread_id, user_id]
+        rows = await self._fetch(
+            f"SELECT coalesce(sum(messages), 0) FROM run_message_counts WHERE {where}", params
+        )
+        return int(rows[0][0])
+
+    # -- run summaries -----------------------------------------------------------------------
+
+    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
+        await self._write(
+            "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (thread_id, run_id) DO UPDATE "
+            "SET user_id = excluded.user_id, summary = excluded.summary",
+            (summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)),
+        )
+
+    async def _get_run_summary(
+        self, thread_id: str, run_id: str, user_id: str | None
+    ) -> dict[str, Any] | None:
+        where, params = ["thread_id = ?", "run_id = ?"], [thread_id, run_id]
+        _filter_user(where, params, user_id, by_run=True)
+        rows = await self._fetch(
+            f"SELECT summary FROM run_summaries WHERE {' AND '.join(where)}", params
+        )
+        return decode_json(rows[0][0]) if rows else None
+
+    async def _list_run_summaries(
+        self, thread_id: str, user_id: str | None
+    ) -> list[dict[str, Any]]:
+        where, params = ["thread_id = ?"], [thread_id]
+        _filter_user(where, params, user_id, by_run=False)
+        rows = await self._fetch(
+            f"SELECT summary FROM run_summaries WHERE {' AND '.join(where)} ORDER BY id", params
+        )
+        return [decode_json(row[0]) for row in rows]
+
+
+# -- connections ---------------------------------------------------------------------------
+
+
+async def _open(path: str) -> aiosqlite.Connection:
+    """Open the store's own connection: autocommit, busy timeout, WAL-safe sync level."""
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = await _daemon_connection(path)
+    try:
+        # In WAL mode NORMAL syncs at checkpoints, not at every commit: a committed
+        # transaction is in the WAL file (the OS page cache) when COMMIT returns, so it
+        # survives the process being killed; only an OS crash or power cut can drop the latest.
+        await db.execute_fetchall("PRAGMA synchronous = NORMAL")
+        await db.execute_fetchall("PRAGMA temp_store = MEMORY")
+    except BaseException:
+        await db.close()
+        raise
+    return db
+
+
+def _daemon_connection(path: str) -> aiosqlite.Connection:
+    """Build an aiosqlite connection whose worker thread cannot keep the interpreter alive.
+
+    A thread inherits ``daemon`` from the thread that creates it, and aiosqlite creates its
+    worker thread when the connection object is built: so we build it in a daemon thread.
+    """
+    built: list[aiosqlite.Connection] = []
+
+    def build() -> None:
+        built.append(aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_SECONDS))
+
+    builder = threading.Thread(target=build, name="deerflow-journal-sqlite", daemon=True)
+    builder.start()
+    builder.join()
+    return built[0]
+
+
+# -- statements ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _append_sql(rows: int, *, if_absent: bool = False) -> str:
+    """The one statement that numbers and inserts ``rows`` events, returning their seq.
+
+    ``base`` reads each thread's counter once, before any row is inserted (the trigger moves
+    the counter as rows go in); ``row_number()`` then numbers each thread's rows in input order.
+    """
+    placeholders = ", ".join("?" * _PARAMS_PER_EVENT)
+    values = ", ".join(f"({i}, {placeholders})" for i in range(rows))
+    absent = (
+        "WHERE NOT EXISTS (SELECT 1 FROM run_events WHERE run_events.thread_id = b.thread_id "
+        "AND run_events.run_id = b.run_id AND run_events.event_type = b.event_type) "
+        if if_absent
+        else ""
+    )
+    return (
+        f"WITH batch (i, {_BATCH_COLUMNS}) AS (VALUES {values}), "
+        "base (thread_id, last_seq) AS MATERIALIZED ("
+        "SELECT t.thread_id, coalesce(s.last_seq, 0) "
+        "FROM (SELECT DISTINCT thread_id FROM batch) AS t "
+        "LEFT JOIN run_thread_seq AS s ON s.thread_id = t.thread_id) "
+        f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) "
+        "SELECT base.last_seq + row_number() OVER (PARTITION BY b.thread_id ORDER BY b.i), "
+        "b.thread_id, b.run_id, b.event_type, b.category, b.content, b.metadata, "
+        "b.created_at, b.user_id, b.task_id, b.caller "
+        f"FROM batch AS b JOIN base ON base.thread_id = b.thread_id {absent}"
+        "ORDER BY b.i RETURNING thread_id, seq"
+    )
+
+
+def _batch_params(events: Iterable[PendingEvent]) -> list[Any]:
+    params: list[Any] = []
+    for e in events:
+        task_id = e.metadata.get("task_id")
+        caller = e.metadata.get("caller")
+        params += (
+            e.thread_id,
+            e.run_id,
+            e.event_type,
+            e.category,
+            e.content_json,
+            e.metadata_json,
+            e.created_at,
+            e.user_id,
+            task_id if isinstance(task_id, str) else None,
+            caller if isinstance(caller, str) else None,
+        )
+    return params
+
+
+def _numbered(events: list[PendingEvent], returned: Iterable[Any]) -> list[RunEvent]:
+    """Pair events with the seq the database gave them (RETURNING rows come in any order)."""
+    next_seq: dict[str, int] = {}
+    for thread_id, seq in returned:
+        next_seq[thread_id] = min(seq, next_seq.get(thread_id, seq))
+    records = []
+    for event in events:
+        seq = next_seq[event.thread_id]
+        next_seq[event.thread_id] = seq + 1
+        records.append(event.record(seq))
+    return records
+
+
+def _in_list(values: Sequence[str], params: list[Any]) -> str:
+    """Return the right side of an ``IN`` over ``values``, adding its parameters."""
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) <= _MAX_IN_PLACEHOLDERS:
+        params.extend(distinct)
+        return f"({', '.join('?' * len(distinct))})"
+    params.append(encode_json(distinct))
+    return "(SELECT value FROM json_each(?))"
+
+
+def _filter_user(where: list[str], params: list[Any], user_id: str | None, *, by_run: bool) -> None:
+    if user_id is None:
+        return
+    # Unary + keeps a run query on its run index rather than the per-user one.
+    where.append("+user_id = ?" if by_run else "user_id = ?")
+    params.append(user_id)
+
+
+def _record(row: Sequence[Any]) -> RunEvent:
+    return {
+        "thread_id": row[0],
+        "run_id": row[1],
+        "seq": row[2],
+        "event_type": row[3],
+        "category": row[4],
+        "content": decode_json(row[5]),
+        "metadata": decode_json(row[6]),
+        "created_at": row[7],
+        "user_id": row[8],
+    }

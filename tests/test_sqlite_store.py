@@ -1,0 +1,463 @@
+"""What only the SQLite store promises: shared files, many processes, crashes, query plans."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+
+from deerflow_journal import RunSummary, SqliteRunEventStore, open_store
+from deerflow_journal.stores import sqlite as sqlite_module
+from deerflow_journal.stores.sqlite_schema import MIGRATIONS
+
+ROOT = Path(__file__).resolve().parent.parent
+T = "thread-1"
+
+
+def ev(run_id: str = "r1", content: Any = "", **extra: Any) -> dict[str, Any]:
+    """A message event of thread ``T``."""
+    return {
+        "thread_id": T,
+        "run_id": run_id,
+        "event_type": "llm.ai.response",
+        "category": "message",
+        "content": content,
+        **extra,
+    }
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``code`` in a new Python process that imports this checkout."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 120) -> str:
+    """Wait for ``process`` and return its output; fail with its stderr if it failed."""
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    assert process.returncode == 0, err
+    return out
+
+
+def thread_rows(path: Path, thread_id: str = T) -> list[tuple[int, str]]:
+    """(seq, content JSON) of a thread, read with the standard library's sqlite3."""
+    with sqlite3.connect(path) as db:
+        return db.execute(
+            "SELECT seq, content FROM run_events WHERE thread_id = ? ORDER BY seq", (thread_id,)
+        ).fetchall()
+
+
+# -- connections -----------------------------------------------------------------------------
+
+
+async def test_a_connection_passed_in_is_used_and_never_closed(tmp_path: Path):
+    async with aiosqlite.connect(tmp_path / "j.db") as db:
+        async with SqliteRunEventStore(db) as store:
+            await store.put(**ev())
+        await store.close()
+        rows = await db.execute_fetchall("SELECT count(*) FROM run_events")
+        assert list(rows) == [(1,)]
+
+
+async def test_writes_on_a_connection_with_implicit_transactions_are_committed(tmp_path: Path):
+    path = tmp_path / "j.db"
+    async with aiosqlite.connect(path) as db:
+        assert db.isolation_level == ""  # Python's implicit-transaction mode
+        store = SqliteRunEventStore(db)
+        await store.put(**ev())
+        await store.put_batch([ev(), ev(run_id="r2")])
+        await store.put_if_absent(**ev(run_id="r3"))
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r1"))
+        await store.delete_by_run(T, "r2")
+        assert not db.in_transaction
+        async with SqliteRunEventStore(path) as other:
+            assert [r["seq"] for r in await other.list_messages(T)] == [1, 2, 4]
+            assert await other.get_run_summary(T, "r1") is not None
+
+
+async def test_from_conn_string_creates_parent_dirs_sets_up_and_closes(tmp_path: Path):
+    path = tmp_path / "deep" / "er" / "journal.db"
+    async with SqliteRunEventStore.from_conn_string(path) as store:
+        assert (await store.put(**ev()))["seq"] == 1
+    assert store._db is None
+    assert thread_rows(path) == [(1, '""')]
+
+
+async def test_open_store_with_an_absolute_url(tmp_path: Path):
+    async with open_store(f"sqlite:///{tmp_path / 'j.db'}") as store:
+        assert isinstance(store, SqliteRunEventStore)
+        await store.put(**ev())
+    assert len(thread_rows(tmp_path / "j.db")) == 1
+
+
+def test_a_path_or_connection_is_required():
+    with pytest.raises(TypeError, match=r"path or an aiosqlite\.Connection"):
+        SqliteRunEventStore(42)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_an_open_store_does_not_keep_the_interpreter_from_exiting(tmp_path: Path):
+    child = spawn(
+        """
+        import asyncio, sys
+        from deerflow_journal import SqliteRunEventStore
+
+        STORE = SqliteRunEventStore(sys.argv[1])
+
+        async def main():
+            await STORE.put(thread_id="t", run_id="r", event_type="run.start", category="trace")
+
+        asyncio.run(main())
+        print("done", flush=True)
+        """,
+        str(tmp_path / "j.db"),
+    )
+    assert finish(child, timeout=60).strip() == "done"
+
+
+# -- schema ----------------------------------------------------------------------------------
+
+
+async def test_setup_is_idempotent_and_records_the_schema_version(tmp_path: Path):
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        await store.setup()
+        await store.put(**ev())
+    async with SqliteRunEventStore(path) as store:
+        assert (await store.put(**ev()))["seq"] == 2
+    with sqlite3.connect(path) as db:
+        versions = [v for (v,) in db.execute("SELECT v FROM run_event_migrations ORDER BY v")]
+        (mode,) = db.execute("PRAGMA journal_mode").fetchone()
+    assert versions == list(range(len(MIGRATIONS)))
+    assert mode == "wal"
+
+
+async def test_a_database_from_a_newer_version_is_refused(tmp_path: Path):
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path):
+        pass
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO run_event_migrations VALUES (99, 'later')")
+    with pytest.raises(RuntimeError, match="upgrade deerflow-journal"):
+        await SqliteRunEventStore(path).setup()
+
+
+async def test_the_schema_refuses_a_seq_that_does_not_follow_the_counter(tmp_path: Path):
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        await store.put(**ev())
+    columns = "(thread_id, run_id, seq, event_type, category, content, metadata, created_at)"
+    with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="last_seq"):
+        db.execute(
+            f"INSERT INTO run_events {columns} VALUES (?, 'r', 1, 'x', 'trace', '1', '{{}}', '')",
+            (T,),
+        )
+    with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="keep their"):
+        db.execute("UPDATE run_events SET category = 'trace'")
+
+
+@pytest.mark.slow
+def test_setup_from_several_processes_at_once(tmp_path: Path):
+    path, go = tmp_path / "j.db", tmp_path / "go"
+    children = [
+        spawn(
+            """
+            import asyncio, os, sys, time
+            from deerflow_journal import SqliteRunEventStore
+
+            async def main(path, go):
+                while not os.path.exists(go):
+                    time.sleep(0.001)
+                async with SqliteRunEventStore(path) as store:
+                    await store.put(thread_id="t", run_id="r", event_type="e", category="trace")
+
+            asyncio.run(main(*sys.argv[1:]))
+            """,
+            str(path),
+            str(go),
+        )
+        for _ in range(4)
+    ]
+    go.touch()
+    for child in children:
+        finish(child)
+    assert [seq for seq, _ in thread_rows(path, "t")] == [1, 2, 3, 4]
+    with sqlite3.connect(path) as db:
+        versions = [v for (v,) in db.execute("SELECT v FROM run_event_migrations ORDER BY v")]
+    assert versions == list(range(len(MIGRATIONS)))
+
+
+# -- several processes -------------------------------------------------------------------------
+
+WRITER = """
+import asyncio, os, sys, time
+from deerflow_journal import SqliteRunEventStore
+
+async def main(path, go, worker, count):
+    worker, count = int(worker), int(count)
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    async with SqliteRunEventStore(path) as store:
+        i = 0
+        while i < count:
+            if i % 4 == 0:
+                await store.put(thread_id="thread-1", run_id=f"w{worker}", event_type="e",
+                                category="message", content=[worker, i])
+                i += 1
+            else:
+                n = min(count - i, 1 + i % 7)
+                await store.put_batch([
+                    {"thread_id": "thread-1", "run_id": f"w{worker}", "event_type": "e",
+                     "category": "message", "content": [worker, j]}
+                    for j in range(i, i + n)
+                ])
+                i += n
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+async def test_processes_writing_one_thread_keep_seq_unique_increasing_and_gapless(
+    tmp_path: Path,
+):
+    path, go, workers, count = tmp_path / "j.db", tmp_path / "go", 4, 300
+    children = [spawn(WRITER, str(path), str(go), str(w), str(count)) for w in range(workers)]
+    go.touch()
+    for child in children:
+        finish(child)
+
+    rows = thread_rows(path)
+    assert [seq for seq, _ in rows] == list(range(1, workers * count + 1))
+    contents = [tuple(sqlite_module.decode_json(content)) for _, content in rows]
+    assert sorted(contents) == [(w, i) for w in range(workers) for i in range(count)]
+    for w in range(workers):  # each process's events landed in the order it wrote them
+        assert [i for cw, i in contents if cw == w] == list(range(count))
+    async with SqliteRunEventStore(path) as store:
+        assert await store.count_messages(T) == workers * count
+        assert (await store.put(**ev()))["seq"] == workers * count + 1
+
+
+@pytest.mark.slow
+def test_put_if_absent_across_processes_creates_exactly_one_per_run(tmp_path: Path):
+    path, go, runs = tmp_path / "j.db", tmp_path / "go", 25
+    children = [
+        spawn(
+            """
+            import asyncio, os, sys, time
+            from deerflow_journal import SqliteRunEventStore
+
+            async def main(path, go, runs):
+                while not os.path.exists(go):
+                    time.sleep(0.001)
+                async with SqliteRunEventStore(path) as store:
+                    for r in range(int(runs)):
+                        _, created = await store.put_if_absent(
+                            thread_id="thread-1", run_id=f"r{r}", event_type="context:memory",
+                            category="context", content=os.getpid())
+                        print(r, created)
+
+            asyncio.run(main(*sys.argv[1:]))
+            """,
+            str(path),
+            str(go),
+            str(runs),
+        )
+        for _ in range(4)
+    ]
+    go.touch()
+    created = [line for child in children for line in finish(child).splitlines()]
+    assert sorted(line for line in created if line.endswith("True")) == sorted(
+        f"{r} True" for r in range(runs)
+    )
+    assert len(thread_rows(path)) == runs
+
+
+@pytest.mark.slow
+async def test_committed_events_survive_sigkill(tmp_path: Path):
+    path = tmp_path / "j.db"
+    child = spawn(
+        """
+        import asyncio, sys
+        from deerflow_journal import SqliteRunEventStore
+
+        async def main(path):
+            store = SqliteRunEventStore(path)
+            written = await store.put_batch([
+                {"thread_id": "thread-1", "run_id": "r1", "event_type": "e",
+                 "category": "message", "content": i}
+                for i in range(50)
+            ])
+            await store.put(thread_id="thread-1", run_id="r1", event_type="e",
+                            category="message", content=50)
+            print(written[-1]["seq"] + 1, flush=True)
+            await asyncio.sleep(3600)
+
+        asyncio.run(main(sys.argv[1]))
+        """,
+        str(path),
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "51"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+        child.stdout.close()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+    async with SqliteRunEventStore(path) as store:
+        records = await store.list_messages(T, limit=100)
+        assert [r["content"] for r in records] == list(range(51))
+        assert (await store.put(**ev()))["seq"] == 52
+
+
+# -- large batches -----------------------------------------------------------------------------
+
+
+async def test_a_batch_over_the_variable_limit_is_written_whole_in_order(tmp_path: Path):
+    size = 2 * sqlite_module.ROWS_PER_STATEMENT + 7
+    assert size * sqlite_module._PARAMS_PER_EVENT > sqlite_module._MAX_VARIABLES
+    async with SqliteRunEventStore(tmp_path / "j.db") as store:
+        await store.put(**ev())
+        records = await store.put_batch(
+            [ev(content=i, thread_id=f"t{i % 2}") for i in range(size)] + [ev()]
+        )
+        assert [r["seq"] for r in records[:4]] == [1, 1, 2, 2]
+        assert records[-1]["seq"] == 2
+        latest = await store.list_messages("t1", limit=3)
+        assert [r["content"] for r in latest] == [i for i in range(size) if i % 2][-3:]
+        assert await store.count_messages("t0") + await store.count_messages("t1") == size
+
+
+async def test_a_batch_over_the_variable_limit_is_atomic(tmp_path: Path):
+    path = tmp_path / "j.db"
+    size = 2 * sqlite_module.ROWS_PER_STATEMENT + 7
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        store = SqliteRunEventStore(db)
+        await store.setup()
+        # A real SQLite failure in the last chunk, long after the first chunks went in.
+        await db.execute_fetchall(
+            "CREATE TRIGGER poison BEFORE INSERT ON run_events WHEN NEW.run_id = 'poison' "
+            "BEGIN SELECT RAISE(ABORT, 'poisoned'); END"
+        )
+        batch = [ev(content=i) for i in range(size - 1)] + [ev(run_id="poison")]
+        with pytest.raises(sqlite3.IntegrityError, match="poisoned"):
+            await store.put_batch(batch)
+        assert await store.count_messages(T) == 0
+        assert not db.in_transaction
+        assert (await store.put(**ev()))["seq"] == 1
+        await db.execute_fetchall("DROP TRIGGER poison")
+        records = await store.put_batch(batch)
+        assert [r["seq"] for r in records] == list(range(2, size + 2))
+
+
+@pytest.mark.parametrize("isolation_level", [None, ""])
+async def test_puts_running_beside_a_failing_large_batch_are_kept(
+    tmp_path: Path, isolation_level: str | None
+):
+    size = sqlite_module.ROWS_PER_STATEMENT + 1
+    async with aiosqlite.connect(tmp_path / "j.db", isolation_level=isolation_level) as db:
+        store = SqliteRunEventStore(db)
+        await store.setup()
+        await db.execute_fetchall(
+            "CREATE TRIGGER poison BEFORE INSERT ON run_events WHEN NEW.run_id = 'poison' "
+            "BEGIN SELECT RAISE(ABORT, 'poisoned'); END"
+        )
+        await db.commit()
+        batch = [ev(content=i) for i in range(size)] + [ev(run_id="poison")]
+        results = await asyncio.gather(
+            *[store.put(**ev(content=-i)) for i in range(1, 6)],
+            store.put_batch(batch),
+            *[store.put_batch([ev(content=-i)]) for i in range(6, 11)],
+            return_exceptions=True,
+        )
+        assert isinstance(results[5], sqlite3.IntegrityError)
+        kept = await store.list_messages(T, limit=100)
+        assert [r["seq"] for r in kept] == list(range(1, 11))
+        assert sorted(r["content"] for r in kept) == list(range(-10, 0))
+
+
+# -- query plans -------------------------------------------------------------------------------
+
+
+def read_calls(
+    store: SqliteRunEventStore, user: str | None
+) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
+    """Every read path, each with the index it must search (scoped reads when ``user``)."""
+    by_user = "run_events_thread_user_category" if user else "run_events_thread_category"
+    return [
+        (by_user, lambda: store.list_messages(T, user_id=user)),
+        (by_user, lambda: store.list_messages(T, before_seq=4, user_id=user)),
+        (by_user, lambda: store.list_messages(T, after_seq=2, before_seq=9, user_id=user)),
+        ("run_events_thread_run ", lambda: store.list_messages_by_run(T, "r1", user_id=user)),
+        (
+            "run_events_thread_run ",
+            lambda: store.list_messages_by_run(T, "r1", before_seq=3, user_id=user),
+        ),
+        ("run_events_thread_run ", lambda: store.list_events(T, "r1", user_id=user)),
+        (
+            "run_events_thread_run ",
+            lambda: store.list_events(T, "r1", event_types=["a", "b"], user_id=user),
+        ),
+        (
+            "run_events_thread_run ",
+            lambda: store.list_events(T, "r1", event_types=list("abcd" * 40), user_id=user),
+        ),
+        (
+            "run_events_thread_run_task",
+            lambda: store.list_events(T, "r1", task_id="k", user_id=user),
+        ),
+        (
+            "run_events_thread_run ",
+            lambda: store.get_last_visible_ai_seq_by_run(T, ["r1", "r2"], user_id=user),
+        ),
+        ("run_message_counts USING PRIMARY KEY", lambda: store.count_messages(T, user_id=user)),
+        ("sqlite_autoindex_run_summaries_1", lambda: store.get_run_summary(T, "r1", user_id=user)),
+        ("sqlite_autoindex_run_summaries_1", lambda: store.list_run_summaries(T, user_id=user)),
+    ]
+
+
+@pytest.mark.parametrize("user", [None, "u1"])
+async def test_read_queries_search_their_index_and_never_scan(tmp_path: Path, user: str | None):
+    async with aiosqlite.connect(tmp_path / "j.db", isolation_level=None) as db:
+        store = SqliteRunEventStore(db)
+        await store.put_batch(
+            [ev(metadata={"task_id": "k"}, user_id="u1") for _ in range(5)]
+            + [ev(run_id="r2") for _ in range(5)]
+        )
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r1"))
+        statements: list[str] = []
+        await db.set_trace_callback(statements.append)
+        for index, call in read_calls(store, user):
+            statements.clear()
+            await call()
+            (sql,) = statements
+            plan = [row[3] for row in await db.execute_fetchall(f"EXPLAIN QUERY PLAN {sql}")]
+            assert not [d for d in plan if d.startswith("SCAN run_")], (sql, plan)
+            assert any(d.startswith("SEARCH run_") and index in d for d in plan), (sql, plan)
+        await db.set_trace_callback(None)
