@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal
+from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, open_store
 from deerflow_journal.records import PendingEvent
 from tests.journal.agents import agent_graph, ai, scripted
 
 QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FlakyStore(MemoryRunEventStore):
@@ -286,3 +291,79 @@ async def test_the_journal_is_an_async_context_manager(monkeypatch):
     async with RunJournal() as journal:
         await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
     assert len(await run_events(journal)) == 4
+
+
+ABANDONED_RUN = """
+import sqlite3, sys, time, uuid
+from langchain_core.messages import ToolMessage
+from deerflow_journal import RunJournal
+
+journal = RunJournal(flush_threshold=2)  # the default store: .deer-flow/journal.db
+root = uuid.uuid4()
+journal.on_chain_start(None, {}, run_id=root, name="abandoned")
+for i in range(3):
+    call = uuid.uuid4()
+    journal.on_tool_start({"name": "t"}, "", run_id=call, parent_run_id=root)
+    journal.on_tool_end(ToolMessage(str(i), tool_call_id=f"c{i}"), run_id=call, parent_run_id=root)
+for _ in range(600):  # until the background write opened the store and committed a batch
+    try:
+        with sqlite3.connect(".deer-flow/journal.db") as db:
+            if db.execute("SELECT count(*) FROM run_events").fetchone()[0]:
+                break
+    except sqlite3.OperationalError:
+        pass
+    time.sleep(0.05)
+else:
+    sys.exit("no batch was written")
+print("exiting with the run still open")
+"""
+
+
+def test_nothing_the_journal_opens_keeps_the_interpreter_alive(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DEERFLOW_JOURNAL_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", ABANDONED_RUN],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard: a leftover non-daemon thread would block exit forever
+    )
+    assert done.returncode == 0, done.stderr
+    assert "exiting with the run still open" in done.stdout
+
+
+OWNED_STORE_INVOKE = """
+from langchain_core.messages import HumanMessage
+from deerflow_journal import RunJournal
+from tests.journal.agents import agent_graph, ai, scripted
+
+journal = RunJournal(thread_id="owned")  # opens the default SQLite store itself
+agent_graph(scripted(ai("ok"))).invoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+print(journal.run_id)
+"""
+
+
+def test_invoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DEERFLOW_JOURNAL_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", OWNED_STORE_INVOKE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    run_id = done.stdout.strip()
+
+    async def read() -> tuple[list[str], Any]:
+        async with open_store(f"sqlite:///{tmp_path / '.deer-flow' / 'journal.db'}") as store:
+            events = await store.list_events("owned", run_id)
+            return [e["event_type"] for e in events], await store.get_run_summary("owned", run_id)
+
+    types, summary = asyncio.run(read())
+    assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert summary is not None and summary.status == "success"
