@@ -122,7 +122,7 @@ class EventBuffer:
             self._start_locked(loop)
 
     def drain(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Write everything pending in the background, one write after another."""
+        """Write everything pending now in the background (after the write in flight, if any)."""
         with self._lock:
             self._drain = True
             self._start_locked(loop)
@@ -156,6 +156,7 @@ class EventBuffer:
             self._summaries.clear()
             close_after = self._close_when_empty
             self._close_when_empty = False
+            self._drain = False  # this write takes everything a drain asked for
         try:
             if events:
                 await self.store.put_batch([_plain_event(event) for event in events])
@@ -193,8 +194,6 @@ class EventBuffer:
                 self._write = None
             if future.cancelled() or error is not None:
                 return
-            if self._drain and not self._pending_locked():
-                self._drain = False
             if self._drain or len(self._events) >= self.threshold:
                 self._start_locked(write.loop)
 
