@@ -163,6 +163,22 @@ async def test_only_one_background_write_runs_at_a_time():
     assert store.max_active == 1
 
 
+async def test_a_terminal_drain_writes_what_was_pending_not_what_came_after():
+    store = GatedStore()
+    journal = RunJournal(event_store=store, flush_threshold=50)
+    first = direct_run(journal, 3)
+    journal.on_chain_end({}, run_id=first)
+    await settle()  # the first run's write took its events and waits at the gate
+    second = direct_run(journal, 3)
+    store.gate.set()
+    await settle()
+    assert journal.run_id is not None
+    assert await store.list_events(journal.run_id, journal.run_id) == []  # still buffered
+    journal.on_chain_end({}, run_id=second)
+    await journal.flush()
+    assert len(await run_events(journal)) == 4
+
+
 # -- faults --------------------------------------------------------------------------------
 
 
