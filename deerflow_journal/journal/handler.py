@@ -436,6 +436,7 @@ class RunJournal(GraphCallbackHandler):
             state.tool_starts[run_id] = ToolStart(
                 time.monotonic(), kwargs.get("tool_call_id"), name
             )
+        WorkspaceTracker.wait(state.workspace_before)
 
     def on_tool_end(
         self,
