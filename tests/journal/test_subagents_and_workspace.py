@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from deerflow_journal import (
     WorkspaceRoot,
     latest_workspace_changes,
 )
+from deerflow_journal.journal import workspace as tracker_module
 from tests.journal.agents import agent_graph, ai, scripted
 
 QUESTION = {"messages": [HumanMessage("Delegate it.")]}
@@ -167,3 +169,35 @@ async def test_a_run_that_changes_no_file_records_no_workspace_event(tmp_path):
     )
     types = [e["event_type"] for e in await run_events(journal)]
     assert "workspace_changes" not in types and types[-1] == "run.end"
+
+
+async def test_the_first_tool_waits_for_a_snapshot_still_in_progress(tmp_path, monkeypatch):
+    root = workspace(tmp_path)
+    order: list[str] = []
+    tool_starting = threading.Event()
+    real_capture = tracker_module.capture_workspace_snapshot
+
+    async def slow_capture(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.to_thread(tool_starting.wait)  # still scanning when the tool starts
+        snapshot = await real_capture(*args, **kwargs)
+        order.append("snapshot")
+        return snapshot
+
+    @tool
+    def touch(name: str) -> str:
+        """Create a file."""
+        order.append("tool")
+        (root.host_path / name).write_text("x\n")
+        return "ok"
+
+    class Journal(RunJournal):
+        def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+            tool_starting.set()
+            super().on_tool_start(*args, **kwargs)
+
+    monkeypatch.setattr(tracker_module, "capture_workspace_snapshot", slow_capture)
+    model = scripted(ai("", calls=[("touch", {"name": "a.txt"}, "t1")]), ai("ok"))
+    journal = Journal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    await agent_graph(model, [touch]).ainvoke(QUESTION, {"callbacks": [journal]})
+    assert order == ["snapshot", "tool"]
+    assert [e["event_type"] for e in await run_events(journal)][-2] == "workspace_changes"
