@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Annotated, Any
 
@@ -479,3 +480,28 @@ async def test_progress_without_throttling_sends_every_change():
     await journaled(agent_graph(scripted(*tool_script())), journal)
     await journal.aclose()
     assert [s["message_count"] for s in snapshots] == [1, 2, 3, 4]
+
+
+async def test_a_held_snapshot_is_sent_when_the_interval_ends():
+    snapshots: list[dict[str, Any]] = []
+
+    async def report(snapshot: dict[str, Any]) -> None:
+        snapshots.append(snapshot)
+
+    journal = RunJournal(
+        event_store=MemoryRunEventStore(), progress_reporter=report, progress_flush_interval=0.05
+    )
+    root = uuid.uuid4()
+    journal.on_chain_start(None, {}, run_id=root, name="slow run")
+    for tokens in ((1, 1), (2, 2)):
+        call = uuid.uuid4()
+        result = LLMResult(generations=[[ChatGeneration(message=ai("x", tokens=tokens))]])
+        journal.on_llm_end(result, run_id=call, parent_run_id=root)
+    for _ in range(500):  # the run is still going: only the interval's timer can send it
+        if len(snapshots) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert [s["total_tokens"] for s in snapshots] == [2, 6]
+    journal.on_chain_end({}, run_id=root)
+    await journal.aclose()
+    assert len(snapshots) == 2  # nothing was held back at the end

@@ -146,6 +146,20 @@ async def test_a_terminal_outcome_writes_everything_in_the_background():
     assert await store.get_run_summary(journal.thread_id, journal.run_id) == journal.summary()
 
 
+async def test_the_store_holds_a_running_summary_until_the_run_ends():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store, flush_threshold=3)
+    root = direct_run(journal, 3)  # reaches the threshold: a batch goes out mid-run
+    await settle()
+    assert journal.thread_id is not None and journal.run_id is not None
+    running = await store.get_run_summary(journal.thread_id, journal.run_id)
+    assert running is not None and running.status == "running" and running.ended_at is None
+    journal.on_chain_end({}, run_id=root)
+    await journal.flush()
+    ended = await store.get_run_summary(journal.thread_id, journal.run_id)
+    assert ended is not None and ended.status == "success" and ended.ended_at is not None
+
+
 async def test_only_one_background_write_runs_at_a_time():
     store = GatedStore()
     journal = RunJournal(event_store=store, flush_threshold=2)
