@@ -92,9 +92,6 @@ class EventBuffer:
         self._drain = False
         self._close_when_empty = False
 
-    def __len__(self) -> int:
-        return len(self._events)
-
     # -- memory only -----------------------------------------------------------------------
 
     def add(self, event: dict[str, Any]) -> bool:
@@ -217,8 +214,9 @@ class EventBuffer:
             try:
                 await write.wait()
             except BaseException:
-                if ours:
-                    raise
+                task = asyncio.current_task()
+                if ours or (task is not None and task.cancelling()):
+                    raise  # our own write failed, or this flush is being cancelled
 
     def flush_blocking(self, pick_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
         """Write everything pending, blocking this thread; raise if the store fails.

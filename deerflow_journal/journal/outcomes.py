@@ -32,6 +32,3 @@ class ToolCallOutcomes:
         pending = list(self._pending.items())
         self._pending.clear()
         return pending
-
-    def __len__(self) -> int:
-        return len(self._pending)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -57,7 +58,8 @@ class ProgressThrottle:
                 if not self._held:
                     self._held = True
                     delay = max(self._next_at - now, 0.0)
-                    loop.call_soon_threadsafe(self._arm, loop, delay)
+                    with contextlib.suppress(RuntimeError):  # a closed loop: sent at finish()
+                        loop.call_soon_threadsafe(self._arm, loop, delay)
         if send:
             self._send(loop)
 
