@@ -282,6 +282,23 @@ async def test_naive_created_at_is_taken_as_utc_and_default_is_now(store):
     assert before - timedelta(seconds=1) <= stamped <= datetime.now(UTC) + timedelta(seconds=1)
 
 
+EXTREME_CREATED_AT = ["9999-12-31T23:59:59.999999+00:00", "0001-01-01T00:00:00+00:00"]
+EXTREME_CREATED_AT_READ_BACK = [
+    "9999-12-31T23:59:59.999999+00:00",
+    "0001-01-01T00:00:00.000000+00:00",
+]
+
+
+async def test_extreme_created_at_reads_back_byte_identical(store):
+    written = await store.put_batch([ev(created_at=when) for when in EXTREME_CREATED_AT])
+    single, _ = await store.put_if_absent(**ev(run_id="r2", created_at=EXTREME_CREATED_AT[0]))
+    again, created = await store.put_if_absent(**ev(run_id="r2"))
+    assert [r["created_at"] for r in written] == EXTREME_CREATED_AT_READ_BACK
+    assert await store.list_messages(T, limit=2, before_seq=single["seq"]) == written
+    assert await store.list_events(T, "r1") == written
+    assert (again, created) == (single, False)
+
+
 # -- records are copies ---------------------------------------------------------------------
 
 

@@ -82,9 +82,11 @@ _LOCK_THREADS = f"""SELECT pg_advisory_xact_lock(k) FROM (
     SELECT DISTINCT hashtextextended(t, {_THREAD_LOCK_SEED}) AS k FROM unnest(%s::text[]) AS t
     ORDER BY k) AS keys"""
 
+# created_at is read as a naive UTC timestamp: psycopg converts a timestamptz to the session
+# time zone, which cannot hold the extreme years (9999-12-31T23:59:59Z in Tokyo is year 10000).
 _COLUMNS = (
-    "thread_id, run_id, seq, event_type, category, content::text, metadata::text, created_at, "
-    "user_id"
+    "thread_id, run_id, seq, event_type, category, content::text, metadata::text, "
+    "created_at AT TIME ZONE 'UTC', user_id"
 )
 _INSERT_BATCH = """WITH b AS (
     SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
