@@ -552,6 +552,24 @@ async def test_put_if_absent_under_concurrent_writers_creates_exactly_one(store)
     assert len(starts) == 1
 
 
+async def test_put_if_absent_only_counts_events_of_the_same_user(store):
+    start = ev(event_type="run.start", category="trace", content={})
+    with user_scope("alice"):
+        alice, alice_created = await store.put_if_absent(**start)
+    with user_scope("bob"):
+        bob, bob_created = await store.put_if_absent(**start)
+        assert await store.list_events(T, "r1") == [bob]
+    nobody, nobody_created = await store.put_if_absent(**start)
+    with user_scope("alice"):
+        assert await store.list_events(T, "r1") == [alice]
+        again, created_again = await store.put_if_absent(**start)
+    assert (alice_created, bob_created, nobody_created) == (True, True, True)
+    assert [r["user_id"] for r in (alice, bob, nobody)] == ["alice", "bob", None]
+    assert (again, created_again) == (alice, False)
+    assert await store.put_if_absent(**start) == (nobody, False)
+    assert await store.put_if_absent(**start, user_id="bob") == (bob, False)
+
+
 # -- counts and deletes ---------------------------------------------------------------------
 
 

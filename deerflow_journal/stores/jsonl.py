@@ -163,8 +163,8 @@ class JsonlRunEventStore(RunEventStore):
     def _append_if_absent_sync(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         with self._locked([event.thread_id]) as held:
             cache = self._refreshed(held[event.thread_id])
-            for row in cache.index("all", event.run_id, None).rows:
-                if row.event_type == event.event_type:
+            for row in cache.index("all", event.run_id, event.user_id).rows:
+                if row.event_type == event.event_type and row.user_id == event.user_id:
                     return row.record(), False
             return self._write(held, [event])[0], True
 

@@ -133,8 +133,8 @@ class MemoryRunEventStore(RunEventStore):
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
-        for row in thread.get("all", event.run_id, None).rows:
-            if row.event.event_type == event.event_type:
+        for row in thread.get("all", event.run_id, event.user_id).rows:
+            if row.event.event_type == event.event_type and row.event.user_id == event.user_id:
                 return row.record(), False
         return (await self._append([event]))[0], True
 

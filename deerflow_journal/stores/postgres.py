@@ -111,7 +111,9 @@ _INSERT_BATCH = """WITH b AS (
 )
 SELECT thread_id, last_seq FROM c"""
 _FIND_TYPE_IN_RUN = f"""SELECT {_COLUMNS} FROM run_events
-    WHERE thread_id = %s AND run_id = %s AND event_type = %s ORDER BY seq LIMIT 1"""
+    WHERE thread_id = %s AND run_id = %s AND event_type = %s
+      AND user_id IS NOT DISTINCT FROM %s::text
+    ORDER BY seq LIMIT 1"""
 _LAST_VISIBLE_AI = """SELECT r.run_id, e.seq FROM unnest(%s::text[]) AS r (run_id)
 CROSS JOIN LATERAL (
     SELECT seq FROM run_events
@@ -206,7 +208,8 @@ class PostgresRunEventStore(RunEventStore):
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
             await _lock_threads(conn, {event.thread_id})
-            await cur.execute(_FIND_TYPE_IN_RUN, (event.thread_id, event.run_id, event.event_type))
+            key = (event.thread_id, event.run_id, event.event_type, event.user_id)
+            await cur.execute(_FIND_TYPE_IN_RUN, key)
             existing = await cur.fetchone()
             if existing is not None:
                 return _record(existing), False

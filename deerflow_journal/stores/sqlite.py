@@ -65,7 +65,7 @@ _APPEND_ONE_SQL = (
 )
 _FIRST_OF_TYPE_SQL = (
     f"SELECT {_COLUMNS} FROM run_events WHERE thread_id = ? AND run_id = ? AND event_type = ? "
-    "ORDER BY seq LIMIT 1"
+    "AND user_id IS ? ORDER BY seq LIMIT 1"
 )
 
 
@@ -218,7 +218,7 @@ class SqliteRunEventStore(RunEventStore):
             returned = await self._write(_append_sql(1, if_absent=True), _batch_params([event]))
             if returned:
                 return _numbered([event], returned)[0], True
-            key = (event.thread_id, event.run_id, event.event_type)
+            key = (event.thread_id, event.run_id, event.event_type, event.user_id)
             rows = await self._fetch(_FIRST_OF_TYPE_SQL, key)
             if rows:  # else it was deleted in between: try again
                 return _record(rows[0]), False
@@ -407,7 +407,8 @@ def _append_sql(rows: int, *, if_absent: bool = False) -> str:
     values = ", ".join(f"({i}, {placeholders})" for i in range(rows))
     absent = (
         "WHERE NOT EXISTS (SELECT 1 FROM run_events WHERE run_events.thread_id = b.thread_id "
-        "AND run_events.run_id = b.run_id AND run_events.event_type = b.event_type) "
+        "AND run_events.run_id = b.run_id AND run_events.event_type = b.event_type "
+        "AND run_events.user_id IS b.user_id) "
         if if_absent
         else ""
     )
