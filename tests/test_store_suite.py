@@ -749,6 +749,24 @@ async def test_run_summaries_are_user_scoped(store):
     assert [s.run_id for s in await store.list_run_summaries(T)] == ["r1", "r2"]
 
 
+async def test_put_run_summary_refuses_to_overwrite_another_users_summary(store):
+    with user_scope("alice"):
+        alices = await store.put_run_summary(RunSummary(thread_id=T, run_id="r1"))
+    with user_scope("mallory"), pytest.raises(PermissionError, match="'r1'"):
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r1", status="cancelled"))
+    with pytest.raises(PermissionError, match="'r1'"):
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r1", status="error"))
+    assert await store.list_run_summaries(T) == [alices]
+    with user_scope("alice"):
+        assert await store.get_run_summary(T, "r1") == alices
+        final = await store.put_run_summary(RunSummary(thread_id=T, run_id="r1", status="success"))
+        assert await store.get_run_summary(T, "r1") == final
+    unowned = await store.put_run_summary(RunSummary(thread_id=T, run_id="r2"))
+    with pytest.raises(PermissionError, match="'r2'"):
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r2", user_id="alice"))
+    assert await store.list_run_summaries(T) == [final, unowned]
+
+
 async def test_put_run_summary_rejects_other_types(store):
     with pytest.raises(TypeError, match="RunSummary"):
         await store.put_run_summary({"thread_id": T, "run_id": "r1"})  # type: ignore[arg-type]

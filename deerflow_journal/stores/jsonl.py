@@ -47,6 +47,7 @@ from deerflow_journal.stores.jsonl_files import (
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
 from deerflow_journal.stores.jsonl_summaries import append_summary, delete_summaries, read_summaries
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["JsonlRunEventStore"]
 
@@ -315,7 +316,11 @@ class JsonlRunEventStore(RunEventStore):
 
     def _put_run_summary_sync(self, summary: dict[str, Any]) -> None:
         with self._locked([summary["thread_id"]]) as held:
-            append_summary(held[summary["thread_id"]].paths, summary)
+            paths = held[summary["thread_id"]].paths
+            stored = read_summaries(paths).get(summary["run_id"])
+            if stored is not None and stored.get("user_id") != summary["user_id"]:
+                raise other_users_summary_error(summary)
+            append_summary(paths, summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

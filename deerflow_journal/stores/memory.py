@@ -9,6 +9,7 @@ from typing import Any
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MemoryRunEventStore"]
 
@@ -219,7 +220,11 @@ class MemoryRunEventStore(RunEventStore):
         return deleted
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        self._summaries[(summary["thread_id"], summary["run_id"])] = summary
+        key = (summary["thread_id"], summary["run_id"])
+        stored = self._summaries.get(key)
+        if stored is not None and stored["user_id"] != summary["user_id"]:
+            raise other_users_summary_error(summary)
+        self._summaries[key] = summary
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

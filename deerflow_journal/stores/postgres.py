@@ -34,6 +34,7 @@ from deerflow_journal.records import (
     normalise_created_at,
 )
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MIGRATIONS", "PostgresRunEventStore"]
 
@@ -122,9 +123,12 @@ CROSS JOIN LATERAL (
       {user}
     ORDER BY seq DESC LIMIT 1
 ) AS e"""
+# Another user's summary is left alone: the statement then returns no row.
 _UPSERT_SUMMARY = """INSERT INTO run_summaries (thread_id, run_id, user_id, data)
 VALUES (%s, %s, %s, %s::jsonb)
-ON CONFLICT (thread_id, run_id) DO UPDATE SET user_id = excluded.user_id, data = excluded.data"""
+ON CONFLICT (thread_id, run_id) DO UPDATE SET data = excluded.data
+WHERE run_summaries.user_id IS NOT DISTINCT FROM excluded.user_id
+RETURNING id"""
 
 
 class PostgresRunEventStore(RunEventStore):
@@ -298,6 +302,9 @@ class PostgresRunEventStore(RunEventStore):
         params = (summary["thread_id"], summary["run_id"], summary["user_id"])
         async with self._connection() as (_, cur):
             await cur.execute(_UPSERT_SUMMARY, (*params, _jsonb_text(encode_json(summary))))
+            written = await cur.fetchone()
+        if written is None:
+            raise other_users_summary_error(summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

@@ -35,6 +35,7 @@ from deerflow_journal.records import (
 )
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
 from deerflow_journal.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["BUSY_TIMEOUT_SECONDS", "ROWS_PER_STATEMENT", "SqliteRunEventStore"]
 
@@ -328,12 +329,14 @@ class SqliteRunEventStore(RunEventStore):
     # -- run summaries -----------------------------------------------------------------------
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        await self._write(
+        written = await self._write(
             "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (thread_id, run_id) DO UPDATE "
-            "SET user_id = excluded.user_id, summary = excluded.summary",
+            "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
+            "WHERE run_summaries.user_id IS excluded.user_id RETURNING id",
             (summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)),
         )
+        if not written:
+            raise other_users_summary_error(summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
