@@ -519,6 +519,16 @@ async def test_last_visible_ai_seq_skips_middleware_callers_and_counts_legacy_al
     assert await store.get_last_visible_ai_seq_by_run(T, []) == {}
 
 
+async def test_mutating_a_returned_records_caller_does_not_change_last_visible_ai(store):
+    written = await store.put(**ev(metadata={"caller": "lead_agent"}))
+    (batched,) = await store.put_batch([ev(run_id="r2", metadata={"caller": "lead_agent"})])
+    absent, _ = await store.put_if_absent(**ev(run_id="r3", metadata={"caller": "lead_agent"}))
+    for record in (written, batched, absent):
+        record["metadata"]["caller"] = "middleware:x"
+    found = await store.get_last_visible_ai_seq_by_run(T, ["r1", "r2", "r3"])
+    assert found == {"r1": written["seq"], "r2": batched["seq"], "r3": absent["seq"]}
+
+
 # -- put_if_absent --------------------------------------------------------------------------
 
 

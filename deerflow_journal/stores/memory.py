@@ -16,9 +16,12 @@ __all__ = ["MemoryRunEventStore"]
 
 @dataclass(slots=True)
 class _Row:
+    # task_id and caller are taken at write time: the record handed back to the writer
+    # shares the event's metadata dict, so the event's metadata may change later.
     seq: int
     event: PendingEvent
     task_id: Any
+    caller: Any
 
     def record(self) -> RunEvent:
         # Decoding the stored JSON text hands every reader its own copy.
@@ -128,7 +131,8 @@ class MemoryRunEventStore(RunEventStore):
             thread = self._thread(event.thread_id)
             thread.last_seq += 1
             metadata = event.metadata
-            thread.add(_Row(thread.last_seq, event, metadata.get("task_id")))
+            row = _Row(thread.last_seq, event, metadata.get("task_id"), metadata.get("caller"))
+            thread.add(row)
             records.append(event.record(thread.last_seq))
         return records
 
@@ -180,9 +184,8 @@ class MemoryRunEventStore(RunEventStore):
         found: dict[str, int] = {}
         for run_id in run_ids:
             for row in reversed(thread.get("msg", run_id, user_id).rows):
-                e = row.event
-                caller = e.metadata.get("caller")
-                if e.event_type in AI_RESPONSE_EVENT_TYPES and not (
+                caller = row.caller
+                if row.event.event_type in AI_RESPONSE_EVENT_TYPES and not (
                     isinstance(caller, str) and caller.startswith("middleware:")
                 ):
                     found[run_id] = row.seq
