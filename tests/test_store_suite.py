@@ -93,6 +93,7 @@ async def test_put_batch_assigns_seq_in_input_order(store):
     records = await store.put_batch([ev(content=str(i)) for i in range(10)])
     assert [r["content"] for r in records] == [str(i) for i in range(10)]
     assert seqs(records) == sorted(seqs(records))
+    assert await store.list_events(T, "r1") == records
 
 
 async def test_batch_spanning_runs_and_threads_lands_each_event_with_its_own_ids(store):
@@ -247,6 +248,21 @@ async def test_trace_object_content_over_the_limit_becomes_its_cut_json_text(bac
         (read,) = await store.list_events(T, "r1")
     assert read["content"] == '{"chain":"' + "c" * 10
     assert read["metadata"]["content_truncated"] is True
+
+
+async def test_max_trace_content_none_keeps_large_trace_content_whole(backend: Backend):
+    big = "é" * 20000
+    async with backend.make(max_trace_content=None) as store:
+        written = await store.put_batch(
+            [
+                ev(event_type="llm.error", category="trace", content=big),
+                ev(event_type="run.start", category="trace", content={"chain": big}),
+            ]
+        )
+        read = await store.list_events(T, "r1")
+    assert read == written
+    assert [r["content"] for r in read] == [big, {"chain": big}]
+    assert [r["metadata"] for r in read] == [{}, {}]
 
 
 async def test_default_trace_limit_is_10240_bytes_and_other_categories_are_kept_whole(store):
@@ -664,6 +680,39 @@ async def test_scoped_delete_only_removes_that_users_rows(store):
     with user_scope("alice"):
         assert await store.delete_by_thread(T) == 1
     assert [r["user_id"] for r in await store.list_messages(T)] == ["bob"]
+
+
+async def test_scoped_delete_by_run_only_removes_that_users_rows(store):
+    with user_scope("alice"):
+        await store.put_batch([ev(run_id="r1", content="a1"), ev(run_id="r2", content="a2")])
+    with user_scope("bob"):
+        await store.put_batch([ev(run_id="r1", content="b1"), ev(run_id="r2", content="b2")])
+    await store.put(**ev(run_id="r1", content="nobody"))
+    with user_scope("alice"):
+        assert await store.delete_by_run(T, "r1") == 1
+        assert await store.delete_by_run(T, "r1") == 0
+        assert [r["content"] for r in await store.list_messages(T)] == ["a2"]
+    assert [r["content"] for r in await store.list_events(T, "r1")] == ["b1", "nobody"]
+    assert [r["content"] for r in await store.list_messages(T)] == ["a2", "b1", "b2", "nobody"]
+    assert await store.count_messages(T, user_id="alice") == 1
+
+
+async def test_scoped_delete_keeps_other_users_run_summaries(store):
+    for user, run_id in [("alice", "r1"), ("bob", "r2"), ("alice", "r3")]:
+        with user_scope(user):
+            await store.put(**ev(run_id=run_id))
+            await store.put_run_summary(RunSummary(thread_id=T, run_id=run_id))
+    with user_scope("alice"):
+        assert await store.delete_by_run(T, "r2") == 0
+        assert await store.delete_by_run(T, "r1") == 1
+        assert [s.run_id for s in await store.list_run_summaries(T)] == ["r3"]
+    assert [s.run_id for s in await store.list_run_summaries(T)] == ["r2", "r3"]
+    with user_scope("bob"):
+        assert await store.delete_by_thread(T) == 1
+    assert [s.run_id for s in await store.list_run_summaries(T)] == ["r3"]
+    with user_scope("alice"):
+        assert await store.delete_by_thread(T) == 1
+    assert await store.list_run_summaries(T) == []
 
 
 async def test_bad_user_ids_are_rejected(store):
