@@ -202,7 +202,8 @@ class JsonlRunEventStore(RunEventStore):
         lines: dict[str, dict[str, list[bytes]]],
     ) -> dict[str, _Sizes]:
         """Write each thread's lines all-or-nothing; return each file's size before and after."""
-        marker = create_batch_marker(self.base_dir) if len(held) > 1 else None
+        paths = [lt.paths for lt in held.values()]
+        marker = create_batch_marker(self.base_dir, paths) if len(held) > 1 else None
         begun: list[LockedThread] = []
         sizes = {}
         try:
