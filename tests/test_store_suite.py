@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import decimal
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
@@ -986,3 +987,88 @@ async def test_lone_surrogates_read_back_as_replacement_characters(store):
     assert (read["content"], read["metadata"]) == ("bad \ufffd half", {"m": "\ufffd"})
     with pytest.raises(ValueError, match="Unicode"):
         await store.put(**ev(run_id="r\ud800"))
+
+
+# -- input the backends could not all store is refused or made storable, the same everywhere -
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("event_type", "run\x00start"), ("category", "tra\nce"), ("event_type", "run\ud800")],
+)
+async def test_names_with_control_characters_or_surrogates_are_rejected(store, field, value):
+    with pytest.raises(ValueError, match=r"control characters|Unicode"):
+        await store.put(**{**ev(), field: value})
+    assert await store.count_messages(T) == 0
+
+
+@pytest.mark.parametrize("bad", ["t\x00", "t\ud800", ""])
+async def test_read_ids_are_validated_like_write_ids(store, bad):
+    with pytest.raises(ValueError):
+        await store.list_messages(bad)
+    with pytest.raises(ValueError):
+        await store.list_events(T, bad)
+    with pytest.raises(ValueError):
+        await store.list_events(T, "r1", task_id=bad)
+    with pytest.raises(ValueError):
+        await store.list_events(T, "r1", event_types=[bad])
+
+
+async def test_huge_limits_and_seq_bounds_are_accepted(store):
+    await store.put_batch([ev(), ev()])
+    assert len(await store.list_messages(T, limit=2**70)) == 2
+    assert len(await store.list_messages(T, before_seq=2**70, limit=10)) == 2
+    assert await store.list_events(T, "r1", after_seq=2**70) == []
+
+
+async def test_metadata_may_be_any_mapping(store):
+    from types import MappingProxyType
+
+    await store.put(**ev(metadata=MappingProxyType({"caller": "lead_agent"})))
+    (read,) = await store.list_messages(T)
+    assert read["metadata"] == {"caller": "lead_agent"}
+
+
+async def test_trace_content_with_lone_surrogates_is_cleaned_before_it_is_measured(store):
+    await store.put(**ev(event_type="llm.error", category="trace", content="bad \ud83d half"))
+    (read,) = await store.list_events(T, "r1")
+    assert read["content"] == "bad \ufffd half"
+
+
+async def test_content_too_deep_for_json_is_a_value_error_naming_the_field(store):
+    deep: list = []
+    for _ in range(400):
+        deep = [deep]
+    with pytest.raises(ValueError, match="event 1: content"):
+        await store.put_batch([ev(), ev(content=deep)])
+    circular: dict = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="metadata"):
+        await store.put(**ev(metadata=circular))
+    assert await store.count_messages(T) == 0
+
+
+async def test_created_at_outside_the_utc_calendar_is_a_value_error(store):
+    with pytest.raises(ValueError, match="created_at"):
+        await store.put(**ev(created_at="0001-01-01T00:00:00+05:00"))
+
+
+async def test_run_summary_text_is_normalised_like_event_payloads(store):
+    written = await store.put_run_summary(
+        RunSummary(thread_id=T, run_id="r1", last_ai_message="a\x00b\ud800")
+    )
+    assert written.last_ai_message == "a\ufffdb\ufffd"
+    assert (await store.get_run_summary(T, "r1")).last_ai_message == "a\ufffdb\ufffd"
+    with pytest.raises(ValueError, match="thread_id"):
+        await store.put_run_summary(RunSummary(thread_id="t\x00", run_id="r1"))
+
+
+async def test_a_cancelled_write_finishes_before_the_cancellation_is_seen(store):
+    batch = [ev(content=str(i)) for i in range(500)]
+    task = asyncio.ensure_future(store.put_batch(batch))
+    await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    stored = await store.list_messages(T, limit=1000)
+    assert [r["content"] for r in stored] == [str(i) for i in range(500)]
