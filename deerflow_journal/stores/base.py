@@ -10,7 +10,9 @@ Invariants every backend keeps (the shared store suite in ``tests/`` checks each
 - Message projections return only ``category == "message"`` rows, in ascending seq.
 - Filters (event types, task id, user) apply before ``limit``.
 - Returned records are fresh copies: mutating one never changes what is stored.
-- A read scoped to a user returns only rows stamped with exactly that user.
+- A read scoped to a user returns only rows stamped with exactly that user; ``put_if_absent``
+  only counts events of the same user, and a run summary is never overwritten by another user.
+- A write that has started finishes even if its caller is cancelled.
 
 Backends implement the underscored hooks and receive only explicit, validated values.
 """
@@ -204,7 +206,7 @@ class RunEventStore(ABC):
         created_at: datetime | str | None = None,
         user_id: str | Auto | None = AUTO,
     ) -> tuple[RunEvent, bool]:
-        """Append unless the run already has an event of this type.
+        """Append unless the run already has an event of this type from the same user.
 
         Returns ``(record, created)``: the new record, or the existing one with ``False``.
         """
@@ -336,7 +338,8 @@ class RunEventStore(ABC):
     async def put_run_summary(self, summary: RunSummary) -> RunSummary:
         """Insert or replace the summary of ``(summary.thread_id, summary.run_id)``.
 
-        The summary is stamped with the current user when it names none.
+        The summary is stamped with the current user when it names none. Raises
+        ``PermissionError`` and writes nothing if the stored summary belongs to another user.
         """
         if not isinstance(summary, RunSummary):
             raise TypeError(f"summary must be a RunSummary, got {type(summary).__name__}")
@@ -384,7 +387,8 @@ class RunEventStore(ABC):
 
     @abstractmethod
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        """Persist ``event`` unless its run has that event type, serialised with ``_append``."""
+        """Persist ``event`` unless its run has that type for the same user (``None`` matches
+        only ``None``), serialised with ``_append``."""
 
     @abstractmethod
     async def _list_messages(
@@ -416,7 +420,8 @@ class RunEventStore(ABC):
 
     @abstractmethod
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        """Upsert by (thread_id, run_id); keep the first-written order for listing."""
+        """Upsert by (thread_id, run_id), keeping first-written order for listing; raise
+        ``PermissionError`` without writing if the stored summary has another ``user_id``."""
 
     @abstractmethod
     async def _get_run_summary(
