@@ -29,6 +29,7 @@ __all__ = [
     "PendingEvent",
     "RunEvent",
     "check_max_trace_content",
+    "check_text",
     "current_user_id",
     "decode_json",
     "encode_json",
@@ -93,7 +94,7 @@ def current_user_id() -> str | None:
 def user_scope(user_id: str | None) -> Iterator[None]:
     """Stamp writes with ``user_id`` and scope ``AUTO`` reads to it inside the block."""
     if user_id is not None:
-        _check_id(user_id, "user_id")
+        check_text(user_id, "user_id")
     token = _current_user.set(user_id)
     try:
         yield
@@ -106,15 +107,17 @@ def resolve_read_user(user_id: str | Auto | None) -> str | None:
     if user_id is AUTO:
         return _current_user.get()
     if user_id is not None:
-        _check_id(user_id, "user_id")
+        check_text(user_id, "user_id")
     return user_id
 
 
-def _check_id(value: object, field: str, where: str = "") -> str:
+def check_text(value: object, field: str, max_length: int = ID_MAX_LENGTH, where: str = "") -> str:
+    """Return ``value`` if it is a 1..max_length string with no control characters or lone
+    surrogates (what every backend can store and index); raise naming ``field`` otherwise."""
     if not isinstance(value, str):
         raise TypeError(f"{where}{field} must be a string, got {type(value).__name__}")
-    if not value or len(value) > ID_MAX_LENGTH:
-        raise ValueError(f"{where}{field} must be 1 to {ID_MAX_LENGTH} characters, got {value!r}")
+    if not value or len(value) > max_length:
+        raise ValueError(f"{where}{field} must be 1 to {max_length} characters, got {value!r}")
     if _CONTROL_CHARS.search(value):
         raise ValueError(f"{where}{field} must not contain control characters, got {value!r}")
     if _clean_text(value) is not value:
@@ -186,7 +189,10 @@ def normalise_created_at(value: datetime | str | None, field: str = "created_at"
         raise TypeError(f"{field} must be a datetime or an ISO-8601 string, got {value!r}")
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    try:
+        return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    except OverflowError:
+        raise ValueError(f"{field} is outside the years 1 to 9999 in UTC: {value!r}") from None
 
 
 @dataclass(slots=True)
@@ -245,14 +251,14 @@ def normalise_event(
     for required in ("thread_id", "run_id", "event_type", "category"):
         if required not in event:
             raise ValueError(f"{where}{required} is required")
-    thread_id = _check_id(event["thread_id"], "thread_id", where)
-    run_id = _check_id(event["run_id"], "run_id", where)
-    event_type = _check_name(event["event_type"], "event type", RUN_EVENT_TYPE_MAX_LENGTH, where)
-    category = _check_name(event["category"], "category", RUN_EVENT_CATEGORY_MAX_LENGTH, where)
+    thread_id = check_text(event["thread_id"], "thread_id", where=where)
+    run_id = check_text(event["run_id"], "run_id", where=where)
+    event_type = check_text(event["event_type"], "event type", RUN_EVENT_TYPE_MAX_LENGTH, where)
+    category = check_text(event["category"], "category", RUN_EVENT_CATEGORY_MAX_LENGTH, where)
     if "user_id" in event:
         user_id = event["user_id"]
         if user_id is not None:
-            _check_id(user_id, "user_id", where)
+            check_text(user_id, "user_id", where=where)
     else:
         user_id = _current_user.get()
 
@@ -261,17 +267,19 @@ def normalise_event(
         metadata = {}
     elif not isinstance(metadata, Mapping):
         raise TypeError(f"{where}metadata must be a dict, got {type(metadata).__name__}")
+    elif not isinstance(metadata, dict):
+        metadata = dict(metadata)
     content = event.get("content", "")
 
-    content_json = encode_json(content)
+    content_json = _encode_field(content, "content", where)
     if max_trace_content is not None and category == "trace":
-        text = content if isinstance(content, str) else content_json
+        text = _clean_text(content) if isinstance(content, str) else content_json
         raw = text.encode()
         if len(raw) > max_trace_content:
             content = raw[:max_trace_content].decode("utf-8", "ignore")
             content_json = encode_json(content)
             metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
-    metadata_json = encode_json(metadata)
+    metadata_json = _encode_field(metadata, "metadata", where)
     return PendingEvent(
         thread_id=thread_id,
         run_id=run_id,
@@ -290,12 +298,12 @@ def normalise_event(
     )
 
 
-def _check_name(value: object, field: str, max_length: int, where: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{where}{field} must be a string, got {type(value).__name__}")
-    if not value or len(value) > max_length:
-        raise ValueError(f"{where}{field} must be 1 to {max_length} characters, got {value!r}")
-    return value
+def _encode_field(value: Any, field: str, where: str) -> str:
+    try:
+        return encode_json(value)
+    except (TypeError, RecursionError) as exc:
+        # orjson says "Recursion limit reached" for deep or circular values: name the field.
+        raise ValueError(f"{where}{field} cannot be stored as JSON: {exc}") from None
 
 
 def normalise_batch(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["RUN_STATUSES", "RunStatus", "RunSummary"]
+__all__ = ["RUN_STATUSES", "RunStatus", "RunSummary", "other_users_summary_error"]
 
 RunStatus = Literal["running", "success", "error", "interrupted", "cancelled"]
 RUN_STATUSES: tuple[RunStatus, ...] = ("running", "success", "error", "interrupted", "cancelled")
@@ -45,3 +46,11 @@ class RunSummary(BaseModel):
     def to_json_dict(self) -> dict[str, Any]:
         """Return the summary as plain JSON values (timestamps as ISO-8601 strings)."""
         return self.model_dump(mode="json")
+
+
+def other_users_summary_error(summary: Mapping[str, Any]) -> PermissionError:
+    """The error a store raises instead of replacing a run summary another user wrote."""
+    return PermissionError(
+        f"the summary of run {summary['run_id']!r} in thread {summary['thread_id']!r} was "
+        "written by another user; only that user (in its user_scope) may replace it"
+    )

@@ -176,14 +176,15 @@ def append_then_die(path, data):
     global appends
     appends += 1
     if appends == 2:
-        jsonl_files.append_file(path, data[: len(data) // 2])
+        whole = point == "whole-second-append"
+        jsonl_files.append_file(path, data if whole else data[: len(data) // 2])
         os._exit(9)
     jsonl_files.append_file(path, data)
 
 def die(self):
     os._exit(9)
 
-if point == "second-append":
+if point in ("second-append", "whole-second-append"):
     jsonl.append_file = append_then_die
 else:
     jsonl_files.LockedThread.commit = die
@@ -217,15 +218,22 @@ async def test_a_writer_killed_inside_a_batch_leaves_none_of_it(tmp_path, point)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("point", ["second-append", "whole-second-append"])
+@pytest.mark.parametrize("recovery_order", [("a", "b"), ("b", "a")])
 async def test_a_batch_spanning_threads_killed_before_its_commit_point_rolls_back_everywhere(
-    tmp_path,
+    tmp_path, point, recovery_order
 ):
-    _crash(tmp_path, "second-append", [ev(thread_id="a"), ev(thread_id="b"), ev(thread_id="a")])
-    async with JsonlRunEventStore(tmp_path) as store:
-        assert await store.count_messages("a") == 0
-        assert await store.count_messages("b") == 0
-        assert (await store.put(**ev(thread_id="b")))["seq"] > 0
+    _crash(tmp_path, point, [ev(thread_id="a"), ev(thread_id="b"), ev(thread_id="a")])
     assert len(list((tmp_path / "batches").iterdir())) == 1
+    async with JsonlRunEventStore(tmp_path) as store:
+        first, second = recovery_order
+        assert await store.count_messages(first) == 0
+        # The marker outlives the first rollback: the other thread still has to roll back.
+        assert len(list((tmp_path / "batches").iterdir())) == 1
+        assert await store.count_messages(second) == 0
+        assert list((tmp_path / "batches").iterdir()) == []
+        assert (await store.put(**ev(thread_id="b")))["seq"] > 0
+        assert await store.count_messages("a") == 0
 
 
 @pytest.mark.slow

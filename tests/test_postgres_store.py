@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TypedDict
+from urllib.parse import quote
 
 import pytest
 from langchain_core.runnables import RunnableConfig
@@ -168,6 +169,54 @@ async def test_store_ignores_the_pool_connection_settings(pg, autocommit):
             assert await store.list_run_summaries(THREAD) == []
         async with pool.connection() as conn:
             assert (await (await conn.execute("SELECT 1 AS one")).fetchone()) == {"one": 1}
+
+
+def _dsn_in_time_zone(pg: PostgresBackend, time_zone: str) -> str:
+    """The test schema's DSN with the session time zone set to ``time_zone``."""
+    options = quote(f"-csearch_path={pg.schema} -ctimezone={time_zone}", safe="")
+    separator = "&" if "?" in pg.server_dsn else "?"
+    return f"{pg.server_dsn}{separator}options={options}"
+
+
+async def _session_time_zone(pool: AsyncConnectionPool) -> str:
+    async with pool.connection() as conn:
+        return (await (await conn.execute("SHOW timezone")).fetchone())[0]
+
+
+EXTREME_CREATED_AT = ["9999-12-31T23:59:59.999999+00:00", "0001-01-01T00:00:00.000000+00:00"]
+
+
+async def _assert_extreme_created_at_round_trip(store: PostgresRunEventStore) -> None:
+    events = [
+        {
+            "thread_id": THREAD,
+            "run_id": "r",
+            "event_type": "e",
+            "category": "message",
+            "created_at": when,
+        }
+        for when in EXTREME_CREATED_AT
+    ]
+    written = await store.put_batch(events)
+    assert [r["created_at"] for r in written] == EXTREME_CREATED_AT
+    assert await store.list_messages(THREAD) == written
+    assert await store.list_events(THREAD, "r") == written
+    assert await store.put_if_absent(**events[0]) == (written[0], False)
+
+
+async def test_extreme_created_at_reads_back_in_a_caller_pool_with_a_tokyo_session(pg):
+    async with AsyncConnectionPool(_dsn_in_time_zone(pg, "Asia/Tokyo"), open=False) as pool:
+        assert await _session_time_zone(pool) == "Asia/Tokyo"
+        async with PostgresRunEventStore(pool) as store:
+            await _assert_extreme_created_at_round_trip(store)
+
+
+async def test_extreme_created_at_reads_back_through_a_new_york_dsn(pg):
+    dsn = _dsn_in_time_zone(pg, "America/New_York")
+    async with AsyncConnectionPool(dsn, open=False) as pool:
+        assert await _session_time_zone(pool) == "America/New_York"
+    async with PostgresRunEventStore.from_conn_string(dsn) as store:
+        await _assert_extreme_created_at_round_trip(store)
 
 
 class _Counter(TypedDict):

@@ -207,3 +207,10 @@ def test_three_slashes_are_relative_and_four_absolute(tmp_path, monkeypatch):
     assert str(relative.base_dir) == "sub/journal"
     assert str(absolute.base_dir) == f"{tmp_path}/abs"
     assert absolute.base_dir.is_absolute()
+
+
+def test_names_share_the_id_rules():
+    with pytest.raises(ValueError, match="event type must not contain control characters"):
+        normalise_event(event(event_type="a\tb"))
+    with pytest.raises(ValueError, match="category must be valid Unicode"):
+        normalise_event(event(category="\udc00"))

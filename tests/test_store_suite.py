@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import decimal
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
@@ -93,6 +94,7 @@ async def test_put_batch_assigns_seq_in_input_order(store):
     records = await store.put_batch([ev(content=str(i)) for i in range(10)])
     assert [r["content"] for r in records] == [str(i) for i in range(10)]
     assert seqs(records) == sorted(seqs(records))
+    assert await store.list_events(T, "r1") == records
 
 
 async def test_batch_spanning_runs_and_threads_lands_each_event_with_its_own_ids(store):
@@ -249,6 +251,21 @@ async def test_trace_object_content_over_the_limit_becomes_its_cut_json_text(bac
     assert read["metadata"]["content_truncated"] is True
 
 
+async def test_max_trace_content_none_keeps_large_trace_content_whole(backend: Backend):
+    big = "é" * 20000
+    async with backend.make(max_trace_content=None) as store:
+        written = await store.put_batch(
+            [
+                ev(event_type="llm.error", category="trace", content=big),
+                ev(event_type="run.start", category="trace", content={"chain": big}),
+            ]
+        )
+        read = await store.list_events(T, "r1")
+    assert read == written
+    assert [r["content"] for r in read] == [big, {"chain": big}]
+    assert [r["metadata"] for r in read] == [{}, {}]
+
+
 async def test_default_trace_limit_is_10240_bytes_and_other_categories_are_kept_whole(store):
     big = "x" * 20000
     await store.put(**ev(event_type="llm.error", category="trace", content=big))
@@ -280,6 +297,23 @@ async def test_naive_created_at_is_taken_as_utc_and_default_is_now(store):
     stamped = datetime.fromisoformat(default["created_at"])
     assert stamped.tzinfo is not None
     assert before - timedelta(seconds=1) <= stamped <= datetime.now(UTC) + timedelta(seconds=1)
+
+
+EXTREME_CREATED_AT = ["9999-12-31T23:59:59.999999+00:00", "0001-01-01T00:00:00+00:00"]
+EXTREME_CREATED_AT_READ_BACK = [
+    "9999-12-31T23:59:59.999999+00:00",
+    "0001-01-01T00:00:00.000000+00:00",
+]
+
+
+async def test_extreme_created_at_reads_back_byte_identical(store):
+    written = await store.put_batch([ev(created_at=when) for when in EXTREME_CREATED_AT])
+    single, _ = await store.put_if_absent(**ev(run_id="r2", created_at=EXTREME_CREATED_AT[0]))
+    again, created = await store.put_if_absent(**ev(run_id="r2"))
+    assert [r["created_at"] for r in written] == EXTREME_CREATED_AT_READ_BACK
+    assert await store.list_messages(T, limit=2, before_seq=single["seq"]) == written
+    assert await store.list_events(T, "r1") == written
+    assert (again, created) == (single, False)
 
 
 # -- records are copies ---------------------------------------------------------------------
@@ -502,6 +536,16 @@ async def test_last_visible_ai_seq_skips_middleware_callers_and_counts_legacy_al
     assert await store.get_last_visible_ai_seq_by_run(T, []) == {}
 
 
+async def test_mutating_a_returned_records_caller_does_not_change_last_visible_ai(store):
+    written = await store.put(**ev(metadata={"caller": "lead_agent"}))
+    (batched,) = await store.put_batch([ev(run_id="r2", metadata={"caller": "lead_agent"})])
+    absent, _ = await store.put_if_absent(**ev(run_id="r3", metadata={"caller": "lead_agent"}))
+    for record in (written, batched, absent):
+        record["metadata"]["caller"] = "middleware:x"
+    found = await store.get_last_visible_ai_seq_by_run(T, ["r1", "r2", "r3"])
+    assert found == {"r1": written["seq"], "r2": batched["seq"], "r3": absent["seq"]}
+
+
 # -- put_if_absent --------------------------------------------------------------------------
 
 
@@ -533,6 +577,24 @@ async def test_put_if_absent_under_concurrent_writers_creates_exactly_one(store)
     assert len({record["seq"] for record, _ in results}) == 1
     starts = await store.list_events(T, "r1", event_types=["run.start"])
     assert len(starts) == 1
+
+
+async def test_put_if_absent_only_counts_events_of_the_same_user(store):
+    start = ev(event_type="run.start", category="trace", content={})
+    with user_scope("alice"):
+        alice, alice_created = await store.put_if_absent(**start)
+    with user_scope("bob"):
+        bob, bob_created = await store.put_if_absent(**start)
+        assert await store.list_events(T, "r1") == [bob]
+    nobody, nobody_created = await store.put_if_absent(**start)
+    with user_scope("alice"):
+        assert await store.list_events(T, "r1") == [alice]
+        again, created_again = await store.put_if_absent(**start)
+    assert (alice_created, bob_created, nobody_created) == (True, True, True)
+    assert [r["user_id"] for r in (alice, bob, nobody)] == ["alice", "bob", None]
+    assert (again, created_again) == (alice, False)
+    assert await store.put_if_absent(**start) == (nobody, False)
+    assert await store.put_if_absent(**start, user_id="bob") == (bob, False)
 
 
 # -- counts and deletes ---------------------------------------------------------------------
@@ -619,6 +681,39 @@ async def test_scoped_delete_only_removes_that_users_rows(store):
     with user_scope("alice"):
         assert await store.delete_by_thread(T) == 1
     assert [r["user_id"] for r in await store.list_messages(T)] == ["bob"]
+
+
+async def test_scoped_delete_by_run_only_removes_that_users_rows(store):
+    with user_scope("alice"):
+        await store.put_batch([ev(run_id="r1", content="a1"), ev(run_id="r2", content="a2")])
+    with user_scope("bob"):
+        await store.put_batch([ev(run_id="r1", content="b1"), ev(run_id="r2", content="b2")])
+    await store.put(**ev(run_id="r1", content="nobody"))
+    with user_scope("alice"):
+        assert await store.delete_by_run(T, "r1") == 1
+        assert await store.delete_by_run(T, "r1") == 0
+        assert [r["content"] for r in await store.list_messages(T)] == ["a2"]
+    assert [r["content"] for r in await store.list_events(T, "r1")] == ["b1", "nobody"]
+    assert [r["content"] for r in await store.list_messages(T)] == ["a2", "b1", "b2", "nobody"]
+    assert await store.count_messages(T, user_id="alice") == 1
+
+
+async def test_scoped_delete_keeps_other_users_run_summaries(store):
+    for user, run_id in [("alice", "r1"), ("bob", "r2"), ("alice", "r3")]:
+        with user_scope(user):
+            await store.put(**ev(run_id=run_id))
+            await store.put_run_summary(RunSummary(thread_id=T, run_id=run_id))
+    with user_scope("alice"):
+        assert await store.delete_by_run(T, "r2") == 0
+        assert await store.delete_by_run(T, "r1") == 1
+        assert [s.run_id for s in await store.list_run_summaries(T)] == ["r3"]
+    assert [s.run_id for s in await store.list_run_summaries(T)] == ["r2", "r3"]
+    with user_scope("bob"):
+        assert await store.delete_by_thread(T) == 1
+    assert [s.run_id for s in await store.list_run_summaries(T)] == ["r3"]
+    with user_scope("alice"):
+        assert await store.delete_by_thread(T) == 1
+    assert await store.list_run_summaries(T) == []
 
 
 async def test_bad_user_ids_are_rejected(store):
@@ -712,6 +807,24 @@ async def test_run_summaries_are_user_scoped(store):
         assert [s.run_id for s in await store.list_run_summaries(T)] == ["r1"]
         assert await store.get_run_summary(T, "r2") is None
     assert [s.run_id for s in await store.list_run_summaries(T)] == ["r1", "r2"]
+
+
+async def test_put_run_summary_refuses_to_overwrite_another_users_summary(store):
+    with user_scope("alice"):
+        alices = await store.put_run_summary(RunSummary(thread_id=T, run_id="r1"))
+    with user_scope("mallory"), pytest.raises(PermissionError, match="'r1'"):
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r1", status="cancelled"))
+    with pytest.raises(PermissionError, match="'r1'"):
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r1", status="error"))
+    assert await store.list_run_summaries(T) == [alices]
+    with user_scope("alice"):
+        assert await store.get_run_summary(T, "r1") == alices
+        final = await store.put_run_summary(RunSummary(thread_id=T, run_id="r1", status="success"))
+        assert await store.get_run_summary(T, "r1") == final
+    unowned = await store.put_run_summary(RunSummary(thread_id=T, run_id="r2"))
+    with pytest.raises(PermissionError, match="'r2'"):
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r2", user_id="alice"))
+    assert await store.list_run_summaries(T) == [final, unowned]
 
 
 async def test_put_run_summary_rejects_other_types(store):
@@ -874,3 +987,88 @@ async def test_lone_surrogates_read_back_as_replacement_characters(store):
     assert (read["content"], read["metadata"]) == ("bad \ufffd half", {"m": "\ufffd"})
     with pytest.raises(ValueError, match="Unicode"):
         await store.put(**ev(run_id="r\ud800"))
+
+
+# -- input the backends could not all store is refused or made storable, the same everywhere -
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("event_type", "run\x00start"), ("category", "tra\nce"), ("event_type", "run\ud800")],
+)
+async def test_names_with_control_characters_or_surrogates_are_rejected(store, field, value):
+    with pytest.raises(ValueError, match=r"control characters|Unicode"):
+        await store.put(**{**ev(), field: value})
+    assert await store.count_messages(T) == 0
+
+
+@pytest.mark.parametrize("bad", ["t\x00", "t\ud800", ""])
+async def test_read_ids_are_validated_like_write_ids(store, bad):
+    with pytest.raises(ValueError):
+        await store.list_messages(bad)
+    with pytest.raises(ValueError):
+        await store.list_events(T, bad)
+    with pytest.raises(ValueError):
+        await store.list_events(T, "r1", task_id=bad)
+    with pytest.raises(ValueError):
+        await store.list_events(T, "r1", event_types=[bad])
+
+
+async def test_huge_limits_and_seq_bounds_are_accepted(store):
+    await store.put_batch([ev(), ev()])
+    assert len(await store.list_messages(T, limit=2**70)) == 2
+    assert len(await store.list_messages(T, before_seq=2**70, limit=10)) == 2
+    assert await store.list_events(T, "r1", after_seq=2**70) == []
+
+
+async def test_metadata_may_be_any_mapping(store):
+    from types import MappingProxyType
+
+    await store.put(**ev(metadata=MappingProxyType({"caller": "lead_agent"})))
+    (read,) = await store.list_messages(T)
+    assert read["metadata"] == {"caller": "lead_agent"}
+
+
+async def test_trace_content_with_lone_surrogates_is_cleaned_before_it_is_measured(store):
+    await store.put(**ev(event_type="llm.error", category="trace", content="bad \ud83d half"))
+    (read,) = await store.list_events(T, "r1")
+    assert read["content"] == "bad \ufffd half"
+
+
+async def test_content_too_deep_for_json_is_a_value_error_naming_the_field(store):
+    deep: list = []
+    for _ in range(400):
+        deep = [deep]
+    with pytest.raises(ValueError, match="event 1: content"):
+        await store.put_batch([ev(), ev(content=deep)])
+    circular: dict = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="metadata"):
+        await store.put(**ev(metadata=circular))
+    assert await store.count_messages(T) == 0
+
+
+async def test_created_at_outside_the_utc_calendar_is_a_value_error(store):
+    with pytest.raises(ValueError, match="created_at"):
+        await store.put(**ev(created_at="0001-01-01T00:00:00+05:00"))
+
+
+async def test_run_summary_text_is_normalised_like_event_payloads(store):
+    written = await store.put_run_summary(
+        RunSummary(thread_id=T, run_id="r1", last_ai_message="a\x00b\ud800")
+    )
+    assert written.last_ai_message == "a\ufffdb\ufffd"
+    assert (await store.get_run_summary(T, "r1")).last_ai_message == "a\ufffdb\ufffd"
+    with pytest.raises(ValueError, match="thread_id"):
+        await store.put_run_summary(RunSummary(thread_id="t\x00", run_id="r1"))
+
+
+async def test_a_cancelled_write_finishes_before_the_cancellation_is_seen(store):
+    batch = [ev(content=str(i)) for i in range(500)]
+    task = asyncio.ensure_future(store.put_batch(batch))
+    await asyncio.sleep(0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    stored = await store.list_messages(T, limit=1000)
+    assert [r["content"] for r in stored] == [str(i) for i in range(500)]

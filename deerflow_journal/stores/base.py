@@ -10,7 +10,9 @@ Invariants every backend keeps (the shared store suite in ``tests/`` checks each
 - Message projections return only ``category == "message"`` rows, in ascending seq.
 - Filters (event types, task id, user) apply before ``limit``.
 - Returned records are fresh copies: mutating one never changes what is stored.
-- A read scoped to a user returns only rows stamped with exactly that user.
+- A read scoped to a user returns only rows stamped with exactly that user; ``put_if_absent``
+  only counts events of the same user, and a run summary is never overwritten by another user.
+- A write that has started finishes even if its caller is cancelled.
 
 Backends implement the underscored hooks and receive only explicit, validated values.
 """
@@ -18,13 +20,18 @@ Backends implement the underscored hooks and receive only explicit, validated va
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
-from deerflow_journal.catalog import LEGACY_EVENT_ALIASES, LLM_AI_RESPONSE_EVENT
+from deerflow_journal.catalog import (
+    LEGACY_EVENT_ALIASES,
+    LLM_AI_RESPONSE_EVENT,
+    RUN_EVENT_TYPE_MAX_LENGTH,
+)
 from deerflow_journal.records import (
     AUTO,
     DEFAULT_MAX_TRACE_CONTENT,
@@ -32,7 +39,10 @@ from deerflow_journal.records import (
     PendingEvent,
     RunEvent,
     check_max_trace_content,
+    check_text,
     current_user_id,
+    decode_json,
+    encode_json,
     normalise_batch,
     normalise_event,
     resolve_read_user,
@@ -40,6 +50,8 @@ from deerflow_journal.records import (
 from deerflow_journal.summary import RunSummary
 
 __all__ = ["AI_RESPONSE_EVENT_TYPES", "MessagePage", "RunEventStore"]
+
+T = TypeVar("T")
 
 #: Event types the last-visible-AI query recognises (the canonical name and its legacy alias).
 AI_RESPONSE_EVENT_TYPES = (LLM_AI_RESPONSE_EVENT.event_type, *LEGACY_EVENT_ALIASES)
@@ -61,24 +73,41 @@ class MessagePage:
         return self.after_seq is None
 
 
+_MAX_COUNT = 2**63 - 1  # the largest integer every backend can bind
+
+
 def _check_count(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {value!r}")
     if value < 0:
         raise ValueError(f"{name} must not be negative, got {value}")
-    return value
+    return min(value, _MAX_COUNT)
 
 
 def _check_thread(thread_id: object) -> str:
-    if not isinstance(thread_id, str) or not thread_id:
-        raise TypeError(f"thread_id must be a non-empty string, got {thread_id!r}")
-    return thread_id
+    return check_text(thread_id, "thread_id")
 
 
 def _check_run(run_id: object) -> str:
-    if not isinstance(run_id, str) or not run_id:
-        raise TypeError(f"run_id must be a non-empty string, got {run_id!r}")
-    return run_id
+    return check_text(run_id, "run_id")
+
+
+async def _finish(write: Awaitable[T]) -> T:
+    """Await a write; if the caller is cancelled meanwhile, let the write finish first.
+
+    Backends cannot all abandon a write half way (a statement already handed to a driver
+    thread completes anyway), so a cancelled caller waits for the outcome and then sees its
+    ``CancelledError``: what the store holds is never in doubt, and a retry after a
+    cancellation may find the write already done.
+    """
+    task = asyncio.ensure_future(write)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            with contextlib.suppress(BaseException):
+                await task
+        raise
 
 
 class RunEventStore(ABC):
@@ -103,7 +132,13 @@ class RunEventStore(ABC):
             self._setup_lock = asyncio.Lock()
         async with self._setup_lock:
             if not self._is_setup:
-                await self._setup()
+                try:
+                    await self._setup()
+                except BaseException:
+                    # Release what a failed setup opened (a pool, a connection) before raising.
+                    with contextlib.suppress(Exception):
+                        await self._close()
+                    raise
                 self._is_setup = True
 
     async def close(self) -> None:
@@ -149,7 +184,7 @@ class RunEventStore(ABC):
             max_trace_content=self.max_trace_content,
         )
         await self._ready()
-        return (await self._append([pending]))[0]
+        return (await _finish(self._append([pending])))[0]
 
     async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
         """Append every event atomically, seq in input order; a rejected batch writes nothing."""
@@ -157,7 +192,7 @@ class RunEventStore(ABC):
         if not pending:
             return []
         await self._ready()
-        return await self._append(pending)
+        return await _finish(self._append(pending))
 
     async def put_if_absent(
         self,
@@ -171,7 +206,7 @@ class RunEventStore(ABC):
         created_at: datetime | str | None = None,
         user_id: str | Auto | None = AUTO,
     ) -> tuple[RunEvent, bool]:
-        """Append unless the run already has an event of this type.
+        """Append unless the run already has an event of this type from the same user.
 
         Returns ``(record, created)``: the new record, or the existing one with ``False``.
         """
@@ -182,7 +217,7 @@ class RunEventStore(ABC):
             max_trace_content=self.max_trace_content,
         )
         await self._ready()
-        return await self._append_if_absent(pending)
+        return await _finish(self._append_if_absent(pending))
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -241,13 +276,13 @@ class RunEventStore(ABC):
             types = None
         else:
             types = (event_types,) if isinstance(event_types, str) else tuple(event_types)
-            if not all(isinstance(t, str) for t in types):
-                raise TypeError(f"event_types must be strings, got {types!r}")
-        if task_id is not None and not isinstance(task_id, str):
-            raise TypeError(f"task_id must be a string, got {task_id!r}")
-        _check_count(limit, "limit")
+            for event_type in types:
+                check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
+        if task_id is not None:
+            check_text(task_id, "task_id")
+        limit = _check_count(limit, "limit")
         if after_seq is not None:
-            _check_count(after_seq, "after_seq")
+            after_seq = _check_count(after_seq, "after_seq")
         user = resolve_read_user(user_id)
         await self._ready()
         return await self._list_events(
@@ -288,7 +323,7 @@ class RunEventStore(ABC):
         """
         user = resolve_read_user(user_id)
         await self._ready()
-        return await self._delete(_check_thread(thread_id), None, user)
+        return await _finish(self._delete(_check_thread(thread_id), None, user))
 
     async def delete_by_run(
         self, thread_id: str, run_id: str, *, user_id: str | Auto | None = AUTO
@@ -296,14 +331,15 @@ class RunEventStore(ABC):
         """Delete one run's events and summary and return how many events went."""
         user = resolve_read_user(user_id)
         await self._ready()
-        return await self._delete(_check_thread(thread_id), _check_run(run_id), user)
+        return await _finish(self._delete(_check_thread(thread_id), _check_run(run_id), user))
 
     # -- run summaries -----------------------------------------------------------------------
 
     async def put_run_summary(self, summary: RunSummary) -> RunSummary:
         """Insert or replace the summary of ``(summary.thread_id, summary.run_id)``.
 
-        The summary is stamped with the current user when it names none.
+        The summary is stamped with the current user when it names none. Raises
+        ``PermissionError`` and writes nothing if the stored summary belongs to another user.
         """
         if not isinstance(summary, RunSummary):
             raise TypeError(f"summary must be a RunSummary, got {type(summary).__name__}")
@@ -311,9 +347,13 @@ class RunEventStore(ABC):
             summary = summary.model_copy(update={"user_id": current_user_id()})
         _check_thread(summary.thread_id)
         _check_run(summary.run_id)
+        if summary.user_id is not None:
+            check_text(summary.user_id, "user_id")
+        # The same JSON normalisation as events, so every backend stores the same text.
+        data = decode_json(encode_json(summary.to_json_dict()))
         await self._ready()
-        await self._put_run_summary(summary.to_json_dict())
-        return summary.model_copy(deep=True)
+        await _finish(self._put_run_summary(data))
+        return RunSummary.model_validate(data)
 
     async def get_run_summary(
         self, thread_id: str, run_id: str, *, user_id: str | Auto | None = AUTO
@@ -347,7 +387,8 @@ class RunEventStore(ABC):
 
     @abstractmethod
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        """Persist ``event`` unless its run has that event type, serialised with ``_append``."""
+        """Persist ``event`` unless its run has that type for the same user (``None`` matches
+        only ``None``), serialised with ``_append``."""
 
     @abstractmethod
     async def _list_messages(
@@ -379,7 +420,8 @@ class RunEventStore(ABC):
 
     @abstractmethod
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        """Upsert by (thread_id, run_id); keep the first-written order for listing."""
+        """Upsert by (thread_id, run_id), keeping first-written order for listing; raise
+        ``PermissionError`` without writing if the stored summary has another ``user_id``."""
 
     @abstractmethod
     async def _get_run_summary(

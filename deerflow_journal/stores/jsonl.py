@@ -47,6 +47,7 @@ from deerflow_journal.stores.jsonl_files import (
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
 from deerflow_journal.stores.jsonl_summaries import append_summary, delete_summaries, read_summaries
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["JsonlRunEventStore"]
 
@@ -163,8 +164,8 @@ class JsonlRunEventStore(RunEventStore):
     def _append_if_absent_sync(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         with self._locked([event.thread_id]) as held:
             cache = self._refreshed(held[event.thread_id])
-            for row in cache.index("all", event.run_id, None).rows:
-                if row.event_type == event.event_type:
+            for row in cache.index("all", event.run_id, event.user_id).rows:
+                if row.event_type == event.event_type and row.user_id == event.user_id:
                     return row.record(), False
             return self._write(held, [event])[0], True
 
@@ -201,7 +202,8 @@ class JsonlRunEventStore(RunEventStore):
         lines: dict[str, dict[str, list[bytes]]],
     ) -> dict[str, _Sizes]:
         """Write each thread's lines all-or-nothing; return each file's size before and after."""
-        marker = create_batch_marker(self.base_dir) if len(held) > 1 else None
+        paths = [lt.paths for lt in held.values()]
+        marker = create_batch_marker(self.base_dir, paths) if len(held) > 1 else None
         begun: list[LockedThread] = []
         sizes = {}
         try:
@@ -315,7 +317,11 @@ class JsonlRunEventStore(RunEventStore):
 
     def _put_run_summary_sync(self, summary: dict[str, Any]) -> None:
         with self._locked([summary["thread_id"]]) as held:
-            append_summary(held[summary["thread_id"]].paths, summary)
+            paths = held[summary["thread_id"]].paths
+            stored = read_summaries(paths).get(summary["run_id"])
+            if stored is not None and stored.get("user_id") != summary["user_id"]:
+                raise other_users_summary_error(summary)
+            append_summary(paths, summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

@@ -10,6 +10,8 @@ the thread's lock and finds a pending record truncates those files back to the r
 (``recover``), so a killed writer leaves all of its batch or none of it. A batch spanning
 threads also creates a marker under ``batches/`` before it begins and removes it as its single
 commit point; recovery rolls a thread forward when the marker is gone and back when it is not.
+The marker lists the batch's threads, so the recovery that rolls back the last of them removes
+it: no thread that might still roll forward can see it go.
 """
 
 from __future__ import annotations
@@ -150,12 +152,38 @@ def append_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def create_batch_marker(base_dir: Path) -> Path:
-    """Create the marker of a batch spanning threads; removing it commits the batch."""
+def create_batch_marker(base_dir: Path, threads: list[ThreadPaths]) -> Path:
+    """Create the marker of a batch spanning ``threads``; removing it commits the batch."""
     marker = base_dir / "batches" / uuid.uuid4().hex
     marker.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, "\n".join(t.dir.name for t in threads).encode())
+    finally:
+        os.close(fd)
     return marker
+
+
+def _remove_rolled_back_marker(base_dir: Path, name: str) -> None:
+    """Remove a rolled-back batch's marker once none of its threads still has it pending."""
+    marker = base_dir / "batches" / name
+    try:
+        threads = marker.read_text().split()
+    except FileNotFoundError:
+        return
+    if threads and not any(_refers_to(base_dir / "threads" / t / "state", name) for t in threads):
+        marker.unlink(missing_ok=True)
+
+
+def _refers_to(state_path: Path, marker: str) -> bool:
+    """Whether the state file may still have the batch ``marker`` pending (unsure: yes)."""
+    try:
+        state = _parse_state(state_path.read_bytes())
+    except FileNotFoundError:
+        return False
+    except ValueError:
+        return True
+    return state.pending is not None and state.pending.get("batch") == marker
 
 
 class LockedThread:
@@ -207,6 +235,8 @@ class LockedThread:
         else:
             logger.warning("rolling back an unfinished batch in %s", self.paths.dir)
             self.rollback()
+            if marker is not None:
+                _remove_rolled_back_marker(self.paths.base_dir, marker)
 
     def rollback(self) -> None:
         """Truncate the files of the pending batch back to their sizes before it."""

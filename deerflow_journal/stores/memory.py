@@ -9,15 +9,19 @@ from typing import Any
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MemoryRunEventStore"]
 
 
 @dataclass(slots=True)
 class _Row:
+    # task_id and caller are taken at write time: the record handed back to the writer
+    # shares the event's metadata dict, so the event's metadata may change later.
     seq: int
     event: PendingEvent
     task_id: Any
+    caller: Any
 
     def record(self) -> RunEvent:
         # Decoding the stored JSON text hands every reader its own copy.
@@ -127,14 +131,15 @@ class MemoryRunEventStore(RunEventStore):
             thread = self._thread(event.thread_id)
             thread.last_seq += 1
             metadata = event.metadata
-            thread.add(_Row(thread.last_seq, event, metadata.get("task_id")))
+            row = _Row(thread.last_seq, event, metadata.get("task_id"), metadata.get("caller"))
+            thread.add(row)
             records.append(event.record(thread.last_seq))
         return records
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
-        for row in thread.get("all", event.run_id, None).rows:
-            if row.event.event_type == event.event_type:
+        for row in thread.get("all", event.run_id, event.user_id).rows:
+            if row.event.event_type == event.event_type and row.event.user_id == event.user_id:
                 return row.record(), False
         return (await self._append([event]))[0], True
 
@@ -179,9 +184,8 @@ class MemoryRunEventStore(RunEventStore):
         found: dict[str, int] = {}
         for run_id in run_ids:
             for row in reversed(thread.get("msg", run_id, user_id).rows):
-                e = row.event
-                caller = e.metadata.get("caller")
-                if e.event_type in AI_RESPONSE_EVENT_TYPES and not (
+                caller = row.caller
+                if row.event.event_type in AI_RESPONSE_EVENT_TYPES and not (
                     isinstance(caller, str) and caller.startswith("middleware:")
                 ):
                     found[run_id] = row.seq
@@ -219,7 +223,11 @@ class MemoryRunEventStore(RunEventStore):
         return deleted
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        self._summaries[(summary["thread_id"], summary["run_id"])] = summary
+        key = (summary["thread_id"], summary["run_id"])
+        stored = self._summaries.get(key)
+        if stored is not None and stored["user_id"] != summary["user_id"]:
+            raise other_users_summary_error(summary)
+        self._summaries[key] = summary
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

@@ -34,6 +34,7 @@ from deerflow_journal.records import (
     normalise_created_at,
 )
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MIGRATIONS", "PostgresRunEventStore"]
 
@@ -82,9 +83,11 @@ _LOCK_THREADS = f"""SELECT pg_advisory_xact_lock(k) FROM (
     SELECT DISTINCT hashtextextended(t, {_THREAD_LOCK_SEED}) AS k FROM unnest(%s::text[]) AS t
     ORDER BY k) AS keys"""
 
+# created_at is read as a naive UTC timestamp: psycopg converts a timestamptz to the session
+# time zone, which cannot hold the extreme years (9999-12-31T23:59:59Z in Tokyo is year 10000).
 _COLUMNS = (
-    "thread_id, run_id, seq, event_type, category, content::text, metadata::text, created_at, "
-    "user_id"
+    "thread_id, run_id, seq, event_type, category, content::text, metadata::text, "
+    "created_at AT TIME ZONE 'UTC', user_id"
 )
 _INSERT_BATCH = """WITH b AS (
     SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
@@ -109,7 +112,9 @@ _INSERT_BATCH = """WITH b AS (
 )
 SELECT thread_id, last_seq FROM c"""
 _FIND_TYPE_IN_RUN = f"""SELECT {_COLUMNS} FROM run_events
-    WHERE thread_id = %s AND run_id = %s AND event_type = %s ORDER BY seq LIMIT 1"""
+    WHERE thread_id = %s AND run_id = %s AND event_type = %s
+      AND user_id IS NOT DISTINCT FROM %s::text
+    ORDER BY seq LIMIT 1"""
 _LAST_VISIBLE_AI = """SELECT r.run_id, e.seq FROM unnest(%s::text[]) AS r (run_id)
 CROSS JOIN LATERAL (
     SELECT seq FROM run_events
@@ -118,9 +123,12 @@ CROSS JOIN LATERAL (
       {user}
     ORDER BY seq DESC LIMIT 1
 ) AS e"""
+# Another user's summary is left alone: the statement then returns no row.
 _UPSERT_SUMMARY = """INSERT INTO run_summaries (thread_id, run_id, user_id, data)
 VALUES (%s, %s, %s, %s::jsonb)
-ON CONFLICT (thread_id, run_id) DO UPDATE SET user_id = excluded.user_id, data = excluded.data"""
+ON CONFLICT (thread_id, run_id) DO UPDATE SET data = excluded.data
+WHERE run_summaries.user_id IS NOT DISTINCT FROM excluded.user_id
+RETURNING id"""
 
 
 class PostgresRunEventStore(RunEventStore):
@@ -204,7 +212,8 @@ class PostgresRunEventStore(RunEventStore):
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
             await _lock_threads(conn, {event.thread_id})
-            await cur.execute(_FIND_TYPE_IN_RUN, (event.thread_id, event.run_id, event.event_type))
+            key = (event.thread_id, event.run_id, event.event_type, event.user_id)
+            await cur.execute(_FIND_TYPE_IN_RUN, key)
             existing = await cur.fetchone()
             if existing is not None:
                 return _record(existing), False
@@ -293,6 +302,9 @@ class PostgresRunEventStore(RunEventStore):
         params = (summary["thread_id"], summary["run_id"], summary["user_id"])
         async with self._connection() as (_, cur):
             await cur.execute(_UPSERT_SUMMARY, (*params, _jsonb_text(encode_json(summary))))
+            written = await cur.fetchone()
+        if written is None:
+            raise other_users_summary_error(summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

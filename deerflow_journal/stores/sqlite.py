@@ -35,6 +35,7 @@ from deerflow_journal.records import (
 )
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
 from deerflow_journal.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["BUSY_TIMEOUT_SECONDS", "ROWS_PER_STATEMENT", "SqliteRunEventStore"]
 
@@ -65,7 +66,7 @@ _APPEND_ONE_SQL = (
 )
 _FIRST_OF_TYPE_SQL = (
     f"SELECT {_COLUMNS} FROM run_events WHERE thread_id = ? AND run_id = ? AND event_type = ? "
-    "ORDER BY seq LIMIT 1"
+    "AND user_id IS ? ORDER BY seq LIMIT 1"
 )
 
 
@@ -218,7 +219,7 @@ class SqliteRunEventStore(RunEventStore):
             returned = await self._write(_append_sql(1, if_absent=True), _batch_params([event]))
             if returned:
                 return _numbered([event], returned)[0], True
-            key = (event.thread_id, event.run_id, event.event_type)
+            key = (event.thread_id, event.run_id, event.event_type, event.user_id)
             rows = await self._fetch(_FIRST_OF_TYPE_SQL, key)
             if rows:  # else it was deleted in between: try again
                 return _record(rows[0]), False
@@ -328,12 +329,14 @@ class SqliteRunEventStore(RunEventStore):
     # -- run summaries -----------------------------------------------------------------------
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        await self._write(
+        written = await self._write(
             "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (thread_id, run_id) DO UPDATE "
-            "SET user_id = excluded.user_id, summary = excluded.summary",
+            "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
+            "WHERE run_summaries.user_id IS excluded.user_id RETURNING id",
             (summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)),
         )
+        if not written:
+            raise other_users_summary_error(summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
@@ -407,7 +410,8 @@ def _append_sql(rows: int, *, if_absent: bool = False) -> str:
     values = ", ".join(f"({i}, {placeholders})" for i in range(rows))
     absent = (
         "WHERE NOT EXISTS (SELECT 1 FROM run_events WHERE run_events.thread_id = b.thread_id "
-        "AND run_events.run_id = b.run_id AND run_events.event_type = b.event_type) "
+        "AND run_events.run_id = b.run_id AND run_events.event_type = b.event_type "
+        "AND run_events.user_id IS b.user_id) "
         if if_absent
         else ""
     )
