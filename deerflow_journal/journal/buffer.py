@@ -4,7 +4,8 @@ Callbacks only append to memory: events whose content may still hold LangChain m
 whose ``created_at`` is a ``time.time()`` float. A write takes everything pending when it
 starts, turns it into plain values and sends it with one ``put_batch`` (then the pending run
 summaries); if the store fails, the batch goes back to the front of the buffer, so nothing is
-lost, duplicated or reordered. Writes run on an event loop chosen by the caller, as tracked
+lost, duplicated or reordered. A write is never abandoned half way: cancelling a write waits
+for the store's outcome first. Writes run on an event loop chosen by the caller, as tracked
 tasks or futures, never more than one at a time.
 """
 
@@ -14,7 +15,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +38,26 @@ def _plain_event(event: dict[str, Any]) -> dict[str, Any]:
     if isinstance(created_at, float):
         created_at = datetime.fromtimestamp(created_at, UTC)
     return {**event, "content": plain(event["content"]), "created_at": created_at}
+
+
+async def _to_the_end(write: Coroutine[Any, Any, Any]) -> tuple[BaseException | None, bool]:
+    """Await a store write to its end, even if this task is cancelled meanwhile.
+
+    Returns the write's error (``None``: written) and whether this task was cancelled, so the
+    caller books the outcome before it re-raises the cancellation. A write cancelled itself
+    (its loop shutting down) may or may not have reached the store: it counts as failed, so
+    its batch is kept (at least once) rather than lost.
+    """
+    task = asyncio.ensure_future(write)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    if task.cancelled():
+        return asyncio.CancelledError(), True
+    return task.exception(), cancelled
 
 
 async def _outcome(task: asyncio.Future[None]) -> None:
@@ -154,18 +175,25 @@ class EventBuffer:
             close_after = self._close_when_empty
             self._close_when_empty = False
             self._drain = False  # this write takes everything a drain asked for
-        try:
-            if events:
-                await self.store.put_batch([_plain_event(event) for event in events])
-        except BaseException:
-            self._requeue(events, summaries, close_after)
-            raise
+        cancelled = False
+        if events:
+            error, cancelled = await _to_the_end(
+                self.store.put_batch([_plain_event(event) for event in events])
+            )
+            if error is not None:
+                self._requeue(events, summaries, close_after)
+                raise error
         for index, (_, build) in enumerate(summaries):
-            try:
-                await self.store.put_run_summary(build())
-            except BaseException:
+            if cancelled:
                 self._requeue([], summaries[index:], close_after)
-                raise
+                raise asyncio.CancelledError
+            error, cancelled = await _to_the_end(self.store.put_run_summary(build()))
+            if error is not None:
+                self._requeue([], summaries[index:], close_after)
+                raise error
+        if cancelled:
+            self._requeue([], [], close_after)
+            raise asyncio.CancelledError
         if close_after:
             await self.store.close()
 

@@ -234,6 +234,32 @@ async def test_flush_raises_when_the_store_fails_and_keeps_the_events():
     ]
 
 
+class StuckStore(MemoryRunEventStore):
+    """A memory store whose writes hang until ``stuck`` is cleared."""
+
+    stuck = True
+
+    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+        if self.stuck:
+            await asyncio.Event().wait()
+        return await super()._append(events)
+
+
+def test_a_write_cancelled_with_its_event_loop_keeps_its_batch():
+    store = StuckStore()
+    journal = RunJournal(event_store=store)
+
+    async def main() -> None:
+        await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
+        await settle()  # the terminal write is now waiting inside the store
+
+    asyncio.run(main())  # the loop ends without a flush: its shutdown cancels the write
+    store.stuck = False
+    journal.close()
+    types = [e["event_type"] for e in asyncio.run(run_events(journal))]
+    assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
 def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
     store = FlakyStore(every=1)
     journal = RunJournal(event_store=store)
