@@ -136,6 +136,16 @@ class MemoryRunEventStore(RunEventStore):
             records.append(event.record(thread.last_seq))
         return records
 
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        for summary in summaries:  # refuse before anything is written
+            self._check_summary_owner(summary)
+        if events:
+            await self._append(events)
+        for summary in summaries:
+            await self._put_run_summary(summary)
+
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
         for row in thread.get("all", event.run_id, event.user_id).rows:
@@ -222,12 +232,14 @@ class MemoryRunEventStore(RunEventStore):
                 del self._summaries[key]
         return deleted
 
-    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        key = (summary["thread_id"], summary["run_id"])
-        stored = self._summaries.get(key)
+    def _check_summary_owner(self, summary: dict[str, Any]) -> None:
+        stored = self._summaries.get((summary["thread_id"], summary["run_id"]))
         if stored is not None and stored["user_id"] != summary["user_id"]:
             raise other_users_summary_error(summary)
-        self._summaries[key] = summary
+
+    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
+        self._check_summary_owner(summary)
+        self._summaries[(summary["thread_id"], summary["run_id"])] = summary
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
