@@ -124,27 +124,27 @@ class MemoryRunEventStore(RunEventStore):
             thread = self._threads[thread_id] = _Thread()
         return thread
 
+    # No await in the write hooks: each write is atomic on the event loop.
+
+    def _add(self, event: PendingEvent) -> int:
+        thread = self._thread(event.thread_id)
+        thread.last_seq += 1
+        metadata = event.metadata
+        thread.add(_Row(thread.last_seq, event, metadata.get("task_id"), metadata.get("caller")))
+        return thread.last_seq
+
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        # No await between here and the return: the batch is atomic on the event loop.
-        records = []
-        for event in events:
-            thread = self._thread(event.thread_id)
-            thread.last_seq += 1
-            metadata = event.metadata
-            row = _Row(thread.last_seq, event, metadata.get("task_id"), metadata.get("caller"))
-            thread.add(row)
-            records.append(event.record(thread.last_seq))
-        return records
+        return [event.record(self._add(event)) for event in events]
 
     async def _append_with_summaries(
         self, events: list[PendingEvent], summaries: list[dict[str, Any]]
     ) -> None:
         for summary in summaries:  # refuse before anything is written
             self._check_summary_owner(summary)
-        if events:
-            await self._append(events)
+        for event in events:
+            self._add(event)
         for summary in summaries:
-            await self._put_run_summary(summary)
+            self._summaries[(summary["thread_id"], summary["run_id"])] = summary
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
