@@ -59,6 +59,7 @@ _ORJSON_OPTIONS = (
     orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 )
 _INT64 = (-(2**63), 2**63 - 1)
+_NOT_BATCHES = (str, bytes, Mapping)  # sequences (or not) that are no list of events
 # A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
 _ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
@@ -332,7 +333,7 @@ def normalise_batch(
     max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
 ) -> list[PendingEvent]:
     """Normalise a whole batch before anything is written; errors name the event's index."""
-    if isinstance(events, str | bytes | Mapping) or not isinstance(events, Sequence):
+    if isinstance(events, _NOT_BATCHES) or not isinstance(events, Sequence):
         raise TypeError(f"events must be a list of event dicts, got {type(events).__name__}")
     now = normalise_created_at(None)
     return [

@@ -86,6 +86,9 @@ LEAD_AGENT = "lead_agent"
 LAST_AI_MESSAGE_MAX_CHARS = 2000
 _CALLER_PREFIXES = ("subagent:", "middleware:")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# Built once: a ``X | Y`` union in an isinstance call is a new object on every call.
+_SCALARS = (str, int, float, bool, type(None))
+_SEQUENCES = (list, tuple)
 
 UnresolvedReason = Literal["interrupted", "cancelled", "run_failed", "run_ended"]
 
@@ -147,7 +150,7 @@ def plain(value: Any, dumps: dict[int, Any] | None = None) -> Any:
     ``dumps`` caches the dumps by object id across the values of one batch, where the same
     message often appears twice (its own event and the run's final outputs).
     """
-    if isinstance(value, str | int | float | bool | None):
+    if isinstance(value, _SCALARS):
         return value
     if isinstance(value, BaseModel):
         if dumps is None:
@@ -158,7 +161,7 @@ def plain(value: Any, dumps: dict[int, Any] | None = None) -> Any:
         return dump
     if isinstance(value, Mapping):
         return {key: plain(item, dumps) for key, item in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, _SEQUENCES):
         return [plain(item, dumps) for item in value]
     return value
 
