@@ -421,10 +421,10 @@ def _write_journal_batch(
         for summary in summaries:
             if conn.execute(_UPSERT_SUMMARY_QUIETLY, _summary_params(summary)).rowcount != 1:
                 raise other_users_summary_error(summary)
+        conn.commit()
     except BaseException:
         conn.rollback()
         raise
-    conn.commit()
 
 
 # -- statements ----------------------------------------------------------------------------
