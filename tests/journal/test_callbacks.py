@@ -16,7 +16,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
-from tests.journal.agents import FailingChatModel, agent_graph, ai, scripted
+from tests.journal.agents import FailingChatModel, agent_graph, ai, run_events, scripted
 
 COMPLETION_KEYS = {
     "total_input_tokens",
@@ -38,12 +38,6 @@ def tool_script() -> tuple[AIMessage, AIMessage]:
         ai("", calls=[("add", {"a": 1, "b": 2}, "c1")], msg_id="m1"),
         ai("The answer is 3.", msg_id="m2", tokens=(20, 7)),
     )
-
-
-async def events_of(journal: RunJournal) -> list[RunEvent]:
-    await journal.flush()
-    assert journal.thread_id is not None and journal.run_id is not None
-    return await journal.event_store.list_events(journal.thread_id, journal.run_id)
 
 
 def types(events: list[RunEvent]) -> list[str]:
@@ -74,7 +68,10 @@ async def test_streamed_graph_messages_match_non_streamed_responses_and_usage():
         )
     ]
     assert len(chunks) > 4  # the model really streamed token chunks
-    plain_events, streamed_events = await events_of(plain), await events_of(streamed)
+    plain_events, streamed_events = (
+        await run_events(plain, flush=True),
+        await run_events(streamed, flush=True),
+    )
     assert types(plain_events) == types(streamed_events)
     for a, b in zip(
         of_type(plain_events, "llm.ai.response"),
@@ -102,7 +99,7 @@ async def test_model_astream_inside_a_chain_matches_ainvoke():
     for body in (stream_it, invoke_it):
         journal = RunJournal(event_store=MemoryRunEventStore())
         await RunnableLambda(body).ainvoke("q", {"callbacks": [journal]})
-        (response,) = of_type(await events_of(journal), "llm.ai.response")
+        (response,) = of_type(await run_events(journal, flush=True), "llm.ai.response")
         results.append((response["content"], response["metadata"]["usage"], journal.summary()))
     assert results[0][0] == results[1][0] and results[0][0]["content"] == "streamed words here"
     assert results[0][1] == results[1][1] == {"input_tokens": 8, "output_tokens": 3,
@@ -114,7 +111,7 @@ async def test_completion_model_response_becomes_an_ai_message():
     llm = FakeListLLM(responses=["forty-two"])
     journal = RunJournal(event_store=MemoryRunEventStore())
     await RunnableLambda(lambda q: llm.invoke(q), name="ask").ainvoke("q", {"callbacks": [journal]})
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.ai.response", "run.end"]
     response = events[1]
     assert response["content"]["type"] == "ai" and response["content"]["content"] == "forty-two"
@@ -132,7 +129,7 @@ async def test_llm_error_is_journaled():
 
     journal = RunJournal(event_store=MemoryRunEventStore())
     await RunnableLambda(call).ainvoke("q", {"callbacks": [journal]})
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.human.input", "llm.error", "run.end"]
     assert events[2]["content"] == "model endpoint unreachable"
 
@@ -146,7 +143,7 @@ async def test_repeated_llm_end_counts_once():
     journal.on_llm_end(result, run_id=call, parent_run_id=root)
     journal.on_llm_end(result, run_id=call, parent_run_id=root)
     journal.on_chain_end({}, run_id=root)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     summary = journal.summary()
     assert (summary.llm_call_count, summary.total_tokens) == (1, 5)
@@ -164,7 +161,7 @@ async def test_hidden_and_summary_human_messages_are_skipped():
         HumanMessage("injected context", additional_kwargs={"hide_from_ui": True}),
         HumanMessage("summary of earlier turns", name="summary"),
     )
-    (human,) = of_type(await events_of(journal), "llm.human.input")
+    (human,) = of_type(await run_events(journal, flush=True), "llm.human.input")
     assert human["content"]["content"] == "the real question"
     assert journal.summary().first_human_message == "the real question"
 
@@ -172,7 +169,7 @@ async def test_hidden_and_summary_human_messages_are_skipped():
 async def test_only_the_first_lead_agent_call_records_the_human_input():
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(agent_graph(scripted(*tool_script())), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert len(of_type(events, "llm.human.input")) == 1
     assert [e["metadata"]["llm_call_index"] for e in of_type(events, "llm.ai.response")] == [1, 2]
 
@@ -191,7 +188,7 @@ async def test_middleware_model_calls_are_attributed_and_bucketed():
     graph = agent_graph(scripted(ai("summarised", tokens=(4, 4))), tags=["middleware:summarize"])
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(graph, journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.ai.response", "run.end"]
     assert events[1]["metadata"]["caller"] == "middleware:summarize"
     summary = journal.summary()
@@ -212,7 +209,7 @@ async def test_command_tool_output_becomes_a_tool_result():
     model = scripted(ai("", calls=[("finish_task", {"result": "filed"}, "c7")]), ai("Done."))
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(agent_graph(model, [finish_task]), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == [
         "run.start",
         "llm.human.input",
@@ -239,7 +236,7 @@ async def test_nested_chain_errors_produce_one_run_error():
     journal = RunJournal(event_store=MemoryRunEventStore())
     with pytest.raises(KeyError):
         await journaled(graph.compile(), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "run.error"]
     assert events[1]["content"] == "'missing'"
     assert events[1]["metadata"]["error_type"] == "KeyError"
@@ -275,7 +272,7 @@ async def test_subclass_adds_a_custom_middleware_tag():
     graph.add_node("detect", detect)
     graph.add_edge(START, "detect")
     await journaled(graph.compile(), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "middleware:loop_detection", "run.end"]
     assert events[1]["category"] == "middleware"
     assert events[1]["content"] == {
@@ -305,7 +302,7 @@ async def test_memory_context_is_recorded_once_per_run():
     graph.add_node("remember", remember)
     graph.add_edge(START, "remember")
     await journaled(graph.compile(), journal)
-    (memory,) = of_type(await events_of(journal), "context:memory")
+    (memory,) = of_type(await run_events(journal, flush=True), "context:memory")
     assert memory["category"] == "context"
     assert memory["content"] == {"content_sha256": digest}
     with pytest.raises(ValueError):
@@ -317,7 +314,7 @@ async def test_recorders_before_the_run_starts_land_right_after_run_start():
     journal.record_memory_context(content_sha256="ab" * 32)
     journal.record_middleware("guardrail", name="g", hook="before_agent", action="ok", changes={})
     await journaled(agent_graph(scripted(ai("ok"))), journal)
-    assert types(await events_of(journal))[:3] == [
+    assert types(await run_events(journal, flush=True))[:3] == [
         "run.start",
         "context:memory",
         "middleware:guardrail",

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, open_store
 from deerflow_journal.records import PendingEvent
-from tests.journal.agents import agent_graph, ai, scripted
+from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
-QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -91,11 +90,6 @@ def fingerprint(events: list[RunEvent]) -> list[tuple[str, str]]:
         else:
             out.append((e["event_type"], ""))
     return out
-
-
-async def run_events(journal: RunJournal) -> list[RunEvent]:
-    assert journal.thread_id is not None and journal.run_id is not None
-    return await journal.event_store.list_events(journal.thread_id, journal.run_id, limit=10_000)
 
 
 def tool_result(journal: RunJournal, root: uuid.UUID, index: int) -> None:

@@ -8,22 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.config import get_stream_writer
 from langgraph.graph import START, MessagesState, StateGraph
 
 from deerflow_journal import (
     MemoryRunEventStore,
-    RunEvent,
     RunJournal,
     WorkspaceRoot,
     latest_workspace_changes,
 )
 from deerflow_journal.journal import workspace as tracker_module
-from tests.journal.agents import agent_graph, ai, scripted
+from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
-QUESTION = {"messages": [HumanMessage("Delegate it.")]}
 STEP = {"type": "ai", "content": "looking", "tool_calls": [], "id": "s0"}
 TASK_CHUNKS = [
     {"type": "task_started", "task_id": "t1", "description": "find files"},
@@ -32,12 +30,6 @@ TASK_CHUNKS = [
     {"type": "task_completed", "task_id": "t1", "result": "found 2 files"},
 ]
 SUBAGENT_TYPES = ["subagent.start", "subagent.step", "subagent.end"]
-
-
-async def run_events(journal: RunJournal) -> list[RunEvent]:
-    await journal.flush()
-    assert journal.thread_id is not None and journal.run_id is not None
-    return await journal.event_store.list_events(journal.thread_id, journal.run_id)
 
 
 def single_node(fn: Any) -> Any:
@@ -61,7 +53,7 @@ async def test_task_chunks_dispatched_as_custom_events_become_subagent_events():
 
     journal = RunJournal(event_store=MemoryRunEventStore())
     await single_node(work).ainvoke(QUESTION, {"callbacks": [journal]})
-    events = await run_events(journal)
+    events = await run_events(journal, flush=True)
     assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
     assert events[1]["content"] == {"task_id": "t1", "description": "find files"}
     assert events[2]["metadata"] == {"task_id": "t1", "message_index": 0}
@@ -76,7 +68,7 @@ def test_a_custom_event_named_anything_carries_its_type_in_the_data():
 
     journal = RunJournal(event_store=MemoryRunEventStore())
     single_node(work).invoke(QUESTION, {"callbacks": [journal]})
-    events = asyncio.run(run_events(journal))
+    events = asyncio.run(run_events(journal, flush=True))
     assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
 
 
@@ -98,7 +90,7 @@ async def test_chunks_from_the_custom_stream_are_recorded_by_the_caller():
     ):
         recorded.append(journal.record_subagent_chunk(chunk))
     assert recorded == [True, True, False, True]
-    types = [e["event_type"] for e in await run_events(journal)]
+    types = [e["event_type"] for e in await run_events(journal, flush=True)]
     # The stream reaches the caller while the graph goes on: the chunks land in the run, in
     # order, somewhere after the model asked for the tool.
     assert [t for t in types if t.startswith("subagent.")] == SUBAGENT_TYPES
@@ -114,7 +106,7 @@ async def test_record_subagent_chunks_counts_the_well_formed_ones():
         return {}
 
     await single_node(work).ainvoke(QUESTION, {"callbacks": [journal]})
-    events = await run_events(journal)
+    events = await run_events(journal, flush=True)
     assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
 
 
@@ -143,7 +135,7 @@ async def test_workspace_roots_record_the_runs_file_changes(tmp_path):
     root = workspace(tmp_path)
     journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
     await writer_agent(root.host_path).ainvoke(QUESTION, {"callbacks": [journal]})
-    events = await run_events(journal)
+    events = await run_events(journal, flush=True)
     assert [e["event_type"] for e in events][-2:] == ["workspace_changes", "run.end"]
     assert events[-2]["content"] == "1 file changed +1 -0"
     assert journal.thread_id is not None and journal.run_id is not None
@@ -157,7 +149,7 @@ def test_workspace_changes_under_invoke(tmp_path):
     root = workspace(tmp_path)
     journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
     writer_agent(root.host_path).invoke(QUESTION, {"callbacks": [journal]})
-    types = [e["event_type"] for e in asyncio.run(run_events(journal))]
+    types = [e["event_type"] for e in asyncio.run(run_events(journal, flush=True))]
     assert types[-2:] == ["workspace_changes", "run.end"]
 
 
@@ -167,7 +159,7 @@ async def test_a_run_that_changes_no_file_records_no_workspace_event(tmp_path):
     await agent_graph(scripted(AIMessage("nothing to write"))).ainvoke(
         QUESTION, {"callbacks": [journal]}
     )
-    types = [e["event_type"] for e in await run_events(journal)]
+    types = [e["event_type"] for e in await run_events(journal, flush=True)]
     assert "workspace_changes" not in types and types[-1] == "run.end"
 
 
@@ -200,4 +192,5 @@ async def test_the_first_tool_waits_for_a_snapshot_still_in_progress(tmp_path, m
     journal = Journal(event_store=MemoryRunEventStore(), workspace_roots=[root])
     await agent_graph(model, [touch]).ainvoke(QUESTION, {"callbacks": [journal]})
     assert order == ["snapshot", "tool"]
-    assert [e["event_type"] for e in await run_events(journal)][-2] == "workspace_changes"
+    types = [e["event_type"] for e in await run_events(journal, flush=True)]
+    assert types[-2] == "workspace_changes"
