@@ -7,6 +7,7 @@ becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``writer`` 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -25,7 +26,7 @@ from deerflow_journal.journal.state import RunState, ToolStart
 from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.journal.workspace import WorkspaceTracker
 from deerflow_journal.journal.writer import JournalWriter
-from deerflow_journal.records import current_user_id
+from deerflow_journal.records import check_text, current_user_id
 from deerflow_journal.stores import RunEventStore, open_store
 from deerflow_journal.subagent import subagent_run_event
 from deerflow_journal.summary import RunSummary
@@ -33,9 +34,23 @@ from deerflow_journal.workspace import WorkspaceChangeLimits, WorkspaceRoot
 
 __all__ = ["RunJournal"]
 
+logger = logging.getLogger(__name__)
+
 
 def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
+
+
+def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
+    """The LangGraph config's ``thread_id``, or ``None`` if absent or not a storable id."""
+    found = (metadata or {}).get("thread_id")
+    if found is None or found == "":
+        return None
+    try:
+        return check_text(str(found), "thread_id")
+    except ValueError as exc:
+        logger.warning("ignoring the config's thread_id (%s); using the run id", exc)
+        return None
 
 
 class RunJournal(GraphCallbackHandler):
@@ -47,9 +62,10 @@ class RunJournal(GraphCallbackHandler):
 
     Args:
         run_id: Run id to write under; ``None`` uses each root invocation's LangChain run id,
-            which makes the journal reusable across invocations.
+            which makes the journal reusable across invocations. Fixed ids must follow the
+            store's id rules (``ValueError`` otherwise).
         thread_id: Thread id; ``None`` takes LangGraph's ``thread_id`` from the callback
-            metadata, else the run id.
+            metadata, else (also when that one is no valid id, with a warning) the run id.
         event_store: Where events go. ``None`` opens ``open_store()`` (the default URL); the
             journal then owns that store, runs it on its background loop and closes it when a
             run ends and on ``aclose()``/``close()``. A store passed in belongs to the caller
@@ -91,8 +107,8 @@ class RunJournal(GraphCallbackHandler):
         if progress_flush_interval < 0:
             raise ValueError("progress_flush_interval must not be negative")
         for name, value in (("run_id", run_id), ("thread_id", thread_id)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise TypeError(f"{name} must be a non-empty string or None, got {value!r}")
+            if value is not None:
+                check_text(value, name)
         self._run_id = run_id
         self._thread_id = thread_id
         self.track_token_usage = track_token_usage
@@ -200,12 +216,11 @@ class RunJournal(GraphCallbackHandler):
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()
-        found = (metadata or {}).get("thread_id")
         with self._lock:
             state = self._next or RunState()
             self._next = None
             run_id = self._run_id or str(root)
-            thread_id = self._thread_id or (str(found) if found else run_id)
+            thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.workspace_before = snapshot
             self._runs[root] = self._latest = state

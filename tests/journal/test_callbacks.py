@@ -430,6 +430,24 @@ async def test_thread_id_falls_back_to_the_run_id():
     assert journal.thread_id == journal.run_id
 
 
+@pytest.mark.parametrize("ids", [{"run_id": "r" * 129}, {"thread_id": "thread\n1"}])
+def test_fixed_ids_the_store_would_reject_are_refused_at_once(ids):
+    with pytest.raises(ValueError, match=next(iter(ids))):
+        RunJournal(event_store=MemoryRunEventStore(), **ids)
+
+
+async def test_a_config_thread_id_the_store_would_reject_falls_back_to_the_run_id(caplog):
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    await journaled(agent_graph(scripted(ai("ok"))), journal, configurable={"thread_id": "t" * 200})
+    assert "thread_id" in caplog.text
+    assert journal.thread_id == journal.run_id
+    assert types(await run_events(journal, flush=True))[-1] == "run.end"
+    await journaled(agent_graph(scripted(ai("ok"))), journal, configurable={"thread_id": "good"})
+    await journal.flush()
+    assert len(await store.list_events("good", journal.run_id or "")) == 4
+
+
 async def test_events_and_summary_are_stamped_with_the_current_user():
     store = MemoryRunEventStore()
     journal = RunJournal(event_store=store)
