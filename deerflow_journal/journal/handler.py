@@ -17,6 +17,7 @@ from uuid import UUID
 
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
 from deerflow_journal.journal import mapping
@@ -174,10 +175,20 @@ class RunJournal(GraphCallbackHandler):
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
         return None if parent_run_id is None else self._runs.get(parent_run_id)
 
-    def _recorder_state(self) -> RunState:
-        latest = self._latest
-        if latest is not None and not latest.ended:
-            return latest
+    def _caller_run(self) -> RunState | None:
+        """The run whose runnable called us (LangChain's config context names its run)."""
+        config = var_child_runnable_config.get()
+        callbacks = None if config is None else config.get("callbacks")
+        return self._parent_run(getattr(callbacks, "parent_run_id", None))
+
+    def _recorder_state(self, *, ended: bool = False) -> RunState:
+        """The run a recorder acts on: the caller's, else the latest, else the next one.
+
+        ``ended``: a run that already ended still counts (usage reported after it ended).
+        """
+        state = self._caller_run() or self._latest
+        if state is not None and (ended or not state.ended):
+            return state
         if self._next is None:
             self._next = RunState()
         return self._next
@@ -546,9 +557,10 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write ``middleware:{tag}`` with content {name, hook, action, changes}.
 
-        Recorders act on the run in progress, else on the next run (right after its
-        ``run.start``). Subclasses add their own tags by calling this method; ``ValueError``
-        for a tag outside 1..21 characters.
+        Recorders act on the run whose graph calls them (with several runs in flight), else
+        on the latest run in progress, else on the next run (right after its ``run.start``).
+        Subclasses add their own tags by calling this method; ``ValueError`` for a tag
+        outside 1..21 characters.
         """
         event = mapping.middleware_event(tag, name=name, hook=hook, action=action, changes=changes)
         with self._lock:
@@ -573,15 +585,24 @@ class RunJournal(GraphCallbackHandler):
             self._recorder_state().first_human_message = text
 
     def record_external_llm_usage_records(self, records: Iterable[Mapping[str, Any]]) -> int:
-        """Add token usage of model calls made elsewhere; return how many records counted."""
+        """Add token usage of model calls made elsewhere; return how many records counted.
+
+        Records reported right after a run ended count toward that run, whose stored summary
+        is then written again.
+        """
         if isinstance(records, Mapping):
             records = [records]
         if not self.track_token_usage:
             return 0
         with self._lock:
-            state = self._recorder_state()
+            state = self._recorder_state(ended=True)
             counted = state.usage.add_external(records)
-        if counted:
+            if counted and state.ended:
+                self._queue_summary(state)
+            last = not self._runs
+        if counted and state.ended:
+            self._writer.run_ended(state, self._writer.write_loop(state.sync), last)
+        elif counted:
             self._writer.changed(state)
         return counted
 

@@ -16,7 +16,14 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
-from tests.journal.agents import FailingChatModel, agent_graph, ai, run_events, scripted
+from tests.journal.agents import (
+    QUESTION,
+    FailingChatModel,
+    agent_graph,
+    ai,
+    run_events,
+    scripted,
+)
 
 COMPLETION_KEYS = {
     "total_input_tokens",
@@ -344,6 +351,57 @@ async def test_external_usage_records_join_the_run_totals():
     assert summary.token_usage_by_model == {
         "web-model": {"input_tokens": 30, "output_tokens": 10, "total_tokens": 40}
     }
+
+
+async def test_recorders_act_on_the_run_that_calls_them_when_runs_overlap():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    other_started = asyncio.Event()
+
+    def graph(name: str) -> Any:
+        async def record(state: MessagesState) -> dict[str, Any]:
+            if name == "a":
+                await other_started.wait()  # "b" started after "a": it is the latest run
+            else:
+                other_started.set()
+            journal.record_middleware("guardrail", name=name, hook="h", action="a", changes={})
+            journal.record_memory_context(content_sha256=name * 64)
+            journal.set_first_human_message(f"asked in {name}")
+            record = {"source_run_id": f"sub-{name}", "input_tokens": 1, "output_tokens": 1}
+            journal.record_external_llm_usage_records([record])
+            return {}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("record", record)
+        builder.add_edge(START, "record")
+        return builder.compile()
+
+    await asyncio.gather(
+        *(journaled(graph(name), journal, configurable={"thread_id": name}) for name in "ab")
+    )
+    await journal.flush()
+    for name in "ab":
+        (summary,) = await journal.event_store.list_run_summaries(name)
+        events = await journal.event_store.list_events(name, summary.run_id)
+        assert types(events) == ["run.start", "middleware:guardrail", "context:memory", "run.end"]
+        assert events[1]["content"]["name"] == name
+        assert events[2]["content"] == {"content_sha256": name * 64}
+        assert (summary.first_human_message, summary.total_tokens) == (f"asked in {name}", 2)
+
+
+def test_usage_reported_right_after_a_run_ended_counts_toward_that_run():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    agent_graph(scripted(ai("first"))).invoke(QUESTION, {"callbacks": [journal]})
+    first = journal.summary()
+    record = {"source_run_id": "sub-1", "caller": "subagent:web", "input_tokens": 100,
+              "output_tokens": 50}  # fmt: skip
+    assert journal.record_external_llm_usage_records([record]) == 1
+    assert journal.summary().subagent_tokens == 150
+    again = asyncio.run(store.get_run_summary(first.thread_id, first.run_id))
+    assert again is not None and (again.subagent_tokens, again.total_tokens) == (150, 165)
+    agent_graph(scripted(ai("second"))).invoke(QUESTION, {"callbacks": [journal]})
+    assert journal.summary().run_id != first.run_id
+    assert journal.summary().subagent_tokens == 0
 
 
 # -- completion data and summary -----------------------------------------------------------
