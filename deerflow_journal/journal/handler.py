@@ -304,8 +304,11 @@ class RunJournal(GraphCallbackHandler):
         workspace_event: dict[str, Any] | None,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        """Write a run's closing events and summary: workspace, unresolved calls, terminal."""
+        """Write a run's closing events and summary: held tool errors, workspace, unresolved
+        calls, terminal."""
         with self._lock:
+            for event in state.outcomes.settle():
+                self._emit(state, event)
             if workspace_event is not None:
                 self._emit(state, workspace_event)
             reason = mapping.UNRESOLVED_REASONS[state.status]
@@ -334,11 +337,16 @@ class RunJournal(GraphCallbackHandler):
 
     # -- models --------------------------------------------------------------------------------
 
-    def _llm_started(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
+    def _llm_started(
+        self, run_id: UUID, parent_run_id: UUID | None, caller: str
+    ) -> RunState | None:
+        """Time a model call; the caller's held tool errors can no longer be retried."""
         state = self._parent_run(parent_run_id)
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[run_id] = (time.monotonic(), state.llm_calls)
+            for event in state.outcomes.settle(caller):
+                self._emit(state, event)
         return state
 
     def on_chat_model_start(
@@ -353,11 +361,10 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Time the call; the run's first lead-agent call records the human input."""
+        caller = mapping.caller_from_tags(tags)
         with self._lock:
-            state = self._llm_started(run_id, parent_run_id)
-            if state is None or state.human_checked:
-                return
-            if mapping.caller_from_tags(tags) != mapping.LEAD_AGENT:
+            state = self._llm_started(run_id, parent_run_id, caller)
+            if state is None or state.human_checked or caller != mapping.LEAD_AGENT:
                 return
             state.human_checked = True
             human = mapping.latest_visible_human(messages)
@@ -380,8 +387,9 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Time a completion (non-chat) model call."""
+        caller = mapping.caller_from_tags(tags)
         with self._lock:
-            self._llm_started(run_id, parent_run_id)
+            self._llm_started(run_id, parent_run_id, caller)
 
     def on_llm_end(
         self,
@@ -496,7 +504,12 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write ``tool.error``, unless the "error" is an interrupt or a cancellation."""
+        """Write ``tool.error``, unless the "error" is an interrupt or a cancellation.
+
+        The error of a call with an id is held until the caller's next model call or the
+        run's end, so a retry that succeeds leaves only its result.
+        """
+        caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._runs.pop(run_id, None) or self._parent_run(parent_run_id)
             if state is None:
@@ -509,11 +522,13 @@ class RunJournal(GraphCallbackHandler):
                 tool_call_id=tool_call_id,
                 name=start.name if start else kwargs.get("name"),
                 error=error,
-                caller=mapping.caller_from_tags(tags),
+                caller=caller,
                 latency_ms=_ms_since(start.started) if start else None,
             )
-            self._emit(state, event)
-            state.outcomes.resolve(tool_call_id)
+            if tool_call_id:
+                state.outcomes.failed(tool_call_id, caller, event)
+            else:
+                self._emit(state, event)
 
     # -- subagents ----------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.types import Command
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command, RetryPolicy
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
 from tests.journal.agents import (
@@ -21,6 +22,7 @@ from tests.journal.agents import (
     FailingChatModel,
     agent_graph,
     ai,
+    model_node,
     run_events,
     scripted,
 )
@@ -227,6 +229,58 @@ async def test_command_tool_output_becomes_a_tool_result():
     ]
     assert events[3]["content"]["content"] == "filed"
     assert events[3]["content"]["tool_call_id"] == "c7"
+
+
+def retried_tools_agent(failures: int) -> Any:
+    """A tool agent whose tools node is retried; its tool fails ``failures`` times first."""
+    attempts: list[int] = []
+
+    @tool
+    def flaky(x: int) -> int:
+        """Fail at first, then work."""
+        attempts.append(x)
+        if len(attempts) <= failures:
+            raise ConnectionError(f"transient failure {len(attempts)}")
+        return x
+
+    model = scripted(ai("", calls=[("flaky", {"x": 1}, "r1")]), ai("ok"))
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model_node(model))
+    retry = RetryPolicy(max_attempts=3, initial_interval=0.0, jitter=False)
+    graph.add_node("tools", ToolNode([flaky], handle_tool_errors=False), retry_policy=retry)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+async def test_a_retried_tool_call_that_succeeds_has_only_its_result():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(retried_tools_agent(failures=1), journal)
+    events = await run_events(journal, flush=True)
+    assert types(events) == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.tool.result",
+        "llm.ai.response",
+        "run.end",
+    ]
+
+
+async def test_a_tool_call_failing_every_retry_has_one_error():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(ConnectionError):
+        await journaled(retried_tools_agent(failures=3), journal)
+    events = await run_events(journal, flush=True)
+    assert types(events) == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "tool.error",
+        "run.error",
+    ]
+    assert events[3]["content"]["error"] == "transient failure 3"
 
 
 # -- chains --------------------------------------------------------------------------------
