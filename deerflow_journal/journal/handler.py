@@ -311,8 +311,8 @@ class RunJournal(GraphCallbackHandler):
                 self._emit(state, event)
             if workspace_event is not None:
                 self._emit(state, workspace_event)
-            reason = mapping.UNRESOLVED_REASONS[state.status]
-            for tool_call_id, name in state.outcomes.unresolved():
+            for tool_call_id, name, stopped_by in state.outcomes.unresolved(state.status):
+                reason = mapping.UNRESOLVED_REASONS[stopped_by]
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit(state, terminal)
             self._queue_summary(state)
@@ -504,7 +504,7 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write ``tool.error``, unless the "error" is an interrupt or a cancellation.
+        """Write ``tool.error``; an interrupt or a cancellation leaves the call unresolved.
 
         The error of a call with an id is held until the caller's next model call or the
         run's end, so a retry that succeeds leaves only its result.
@@ -515,9 +515,11 @@ class RunJournal(GraphCallbackHandler):
             if state is None:
                 return
             start = state.tool_starts.pop(run_id, None)
-            if mapping.control_flow_reason(error) is not None:
-                return
             tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
+            stopped_by = mapping.control_flow_status(error)
+            if stopped_by is not None:
+                state.outcomes.stopped(tool_call_id, stopped_by)
+                return
             event = mapping.tool_error_event(
                 tool_call_id=tool_call_id,
                 name=start.name if start else kwargs.get("name"),

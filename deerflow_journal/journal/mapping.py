@@ -58,7 +58,7 @@ __all__ = [
     "ai_response_event",
     "caller_from_tags",
     "chain_name",
-    "control_flow_reason",
+    "control_flow_status",
     "human_input_event",
     "interrupt_from_error",
     "latest_visible_human",
@@ -192,13 +192,25 @@ def run_resume_event(event: GraphResumeEvent) -> EventKwargs:
     return _event(RUN_RESUME_EVENT, content, {})
 
 
-#: How a run's outcome explains the tool calls it ended without.
-UNRESOLVED_REASONS: dict[str, UnresolvedReason] = {
+#: Why a requested tool call has no outcome, by what stopped it: the run's terminal status,
+#: or the status a control-flow "error" inside the tool stands for (``control_flow_status``).
+UNRESOLVED_REASONS: dict[RunStatus, UnresolvedReason] = {
     "success": "run_ended",
     "interrupted": "interrupted",
     "cancelled": "cancelled",
     "error": "run_failed",
 }
+
+
+def control_flow_status(error: BaseException) -> RunStatus | None:
+    """The outcome a control-flow "error" stands for (``None`` when it is a real failure)."""
+    if isinstance(error, GraphInterrupt):
+        return "interrupted"
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(error, GraphBubbleUp):
+        return "success"
+    return None
 
 
 def terminal_event(
@@ -214,19 +226,8 @@ def terminal_event(
         return "success", run_end_event(outputs)
     if error is None or isinstance(error, GraphInterrupt):
         return "interrupted", run_interrupt_event(interrupt or interrupt_from_error(error))
-    status: RunStatus = "cancelled" if isinstance(error, asyncio.CancelledError) else "error"
+    status: RunStatus = "cancelled" if control_flow_status(error) == "cancelled" else "error"
     return status, run_error_event(error)
-
-
-def control_flow_reason(error: BaseException) -> UnresolvedReason | None:
-    """Why an error is control flow rather than a failure (``None`` when it is a failure)."""
-    if isinstance(error, GraphInterrupt):
-        return "interrupted"
-    if isinstance(error, asyncio.CancelledError):
-        return "cancelled"
-    if isinstance(error, GraphBubbleUp):
-        return "run_ended"
-    return None
 
 
 # -- model calls ---------------------------------------------------------------------------

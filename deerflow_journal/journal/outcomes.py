@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from deerflow_journal.summary import RunStatus
+
 __all__ = ["ToolCallOutcomes"]
 
 
@@ -18,7 +20,7 @@ class ToolCallOutcomes:
     __slots__ = ("_failed", "_pending")
 
     def __init__(self) -> None:
-        self._pending: dict[str, str | None] = {}
+        self._pending: dict[str, tuple[str | None, RunStatus | None]] = {}
         self._failed: dict[str, tuple[str, Mapping[str, Any]]] = {}
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
@@ -26,7 +28,7 @@ class ToolCallOutcomes:
         for call in tool_calls:
             call_id = call.get("id")
             if isinstance(call_id, str) and call_id:
-                self._pending[call_id] = call.get("name")
+                self._pending[call_id] = (call.get("name"), None)
 
     def resolve(self, tool_call_id: str | None) -> bool:
         """Mark a call as ended (dropping an error a retry made good); False if not pending."""
@@ -34,6 +36,11 @@ class ToolCallOutcomes:
             return False
         self._failed.pop(tool_call_id, None)
         return self._pending.pop(tool_call_id, False) is not False
+
+    def stopped(self, tool_call_id: str | None, status: RunStatus) -> None:
+        """Note that a call was stopped by control flow (``status``: what the stop stands for)."""
+        if tool_call_id in self._pending:
+            self._pending[tool_call_id] = (self._pending[tool_call_id][0], status)
 
     def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:
         """Hold the ``tool.error`` of a call made by ``caller`` (a later attempt replaces it)."""
@@ -48,8 +55,9 @@ class ToolCallOutcomes:
                 settled.append(event)
         return settled
 
-    def unresolved(self) -> list[tuple[str, str | None]]:
-        """Return and forget the pending calls as ``(tool_call_id, name)`` in request order."""
-        pending = list(self._pending.items())
+    def unresolved(self, status: RunStatus) -> list[tuple[str, str | None, RunStatus]]:
+        """Return and forget the pending calls as ``(tool_call_id, name, stopped by)`` in
+        request order: a call's own stop, else the run's terminal ``status``."""
+        pending = [(id_, name, own or status) for id_, (name, own) in self._pending.items()]
         self._pending.clear()
         return pending

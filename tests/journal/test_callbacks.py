@@ -12,9 +12,11 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import Command, RetryPolicy
+from langgraph.prebuilt.tool_node import ToolCallWithContext
+from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
 from tests.journal.agents import (
@@ -281,6 +283,56 @@ async def test_a_tool_call_failing_every_retry_has_one_error():
         "run.error",
     ]
     assert events[3]["content"]["error"] == "transient failure 3"
+
+
+async def test_tool_calls_stopped_by_control_flow_are_unresolved_with_their_own_reason():
+    """Each call runs in its own task: one fails the run, one pauses, one is cancelled."""
+    sleeping, paused = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow(topic: str) -> str:
+        """Wait long (cancelled when a sibling fails)."""
+        sleeping.set()
+        await asyncio.Event().wait()
+        return topic
+
+    @tool
+    def pause(question: str) -> str:
+        """Ask a human."""
+        paused.set()
+        return str(interrupt(question))
+
+    @tool
+    async def boom(reason: str) -> str:
+        """Fail once both siblings are under way."""
+        await sleeping.wait()
+        await paused.wait()
+        raise RuntimeError(reason)
+
+    def one_task_per_call(state: MessagesState) -> list[Send]:
+        calls = state["messages"][-1].tool_calls
+        return [Send("tools", ToolCallWithContext(__type="tool_call_with_context",
+                                                  tool_call=call, state=state))
+                for call in calls]  # fmt: skip
+
+    calls = [("slow", {"topic": "x"}, "s1"), ("pause", {"question": "?"}, "p1"),
+             ("boom", {"reason": "no"}, "b1")]  # fmt: skip
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model_node(scripted(ai("", calls=calls))))
+    graph.add_node("tools", ToolNode([slow, pause, boom], handle_tool_errors=False))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", one_task_per_call, ["tools"])
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(RuntimeError, match="no"):
+        await journaled(graph.compile(checkpointer=InMemorySaver()), journal,
+                        configurable={"thread_id": "t"})  # fmt: skip
+    events = await run_events(journal, flush=True)
+    assert types(events)[-4:] == ["tool.error", "tool.unresolved", "tool.unresolved", "run.error"]
+    assert types(events).count("tool.error") == 1  # an interrupt or a cancellation is no error
+    outcomes = {e["content"]["tool_call_id"]: e["content"] for e in events[-4:-1]}
+    assert outcomes["b1"]["error"] == "no"
+    assert (outcomes["s1"]["reason"], outcomes["p1"]["reason"]) == ("cancelled", "interrupted")
+    assert journal.summary().status == "error"
 
 
 # -- chains --------------------------------------------------------------------------------

@@ -241,12 +241,6 @@ def test_tool_unresolved_names_the_reason():
     }
 
 
-def test_interrupts_and_cancellations_are_control_flow_not_errors():
-    assert mapping.control_flow_reason(GraphInterrupt(())) == "interrupted"
-    assert mapping.control_flow_reason(asyncio.CancelledError()) == "cancelled"
-    assert mapping.control_flow_reason(RuntimeError("boom")) is None
-
-
 def test_middleware_event_validates_the_tag_length():
     event = mapping.middleware_event(
         "guardrail", name="g", hook="before_model", action="blocked", changes={"x": 1}
