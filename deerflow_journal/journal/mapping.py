@@ -345,9 +345,8 @@ def tool_result_messages(output: Any) -> list[BaseMessage]:
     messages = _update_messages(output.update)
     if messages is None:
         return []
-    if isinstance(messages, BaseMessage):
-        return [messages]
-    return convert_to_messages(messages)
+    # Like LangGraph's add_messages: anything but a list is one message-like value.
+    return convert_to_messages(messages if isinstance(messages, list) else [messages])
 
 
 def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:

@@ -233,6 +233,24 @@ async def test_command_tool_output_becomes_a_tool_result():
     assert events[3]["content"]["tool_call_id"] == "c7"
 
 
+@tool
+def finish_with_one(result: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+    """Finish the task with a single message-like update, as add_messages accepts."""
+    message = {"role": "tool", "content": result, "tool_call_id": tool_call_id}
+    return Command(update={"messages": message})
+
+
+async def test_command_with_a_single_message_like_update_is_one_tool_result():
+    model = scripted(ai("", calls=[("finish_with_one", {"result": "filed"}, "c7")]), ai("Done."))
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(model, [finish_with_one]), journal)
+    events = await run_events(journal, flush=True)
+    (result,) = of_type(events, "llm.tool.result")
+    assert (result["content"]["type"], result["content"]["content"]) == ("tool", "filed")
+    assert result["metadata"]["tool_call_id"] == "c7"
+    assert of_type(events, "tool.unresolved") == []
+
+
 def retried_tools_agent(failures: int) -> Any:
     """A tool agent whose tools node is retried; its tool fails ``failures`` times first."""
     attempts: list[int] = []
