@@ -400,13 +400,18 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write one ``llm.ai.response`` per generated message and count its tokens once."""
+        """Write one ``llm.ai.response`` per generated message and count its tokens once.
+
+        A repeated callback writes nothing; usage already reported for this run id (as an
+        external record) is not counted again, but the response is still written.
+        """
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._parent_run(parent_run_id)
-            if state is None or not state.usage.claim(run_id):
+            if state is None or run_id in state.answered:
                 return
+            state.answered.add(run_id)
             start = state.llm_starts.pop(run_id, None)
             if start is None:
                 state.llm_calls += 1
@@ -422,7 +427,7 @@ class RunJournal(GraphCallbackHandler):
                 if caller == mapping.LEAD_AGENT:
                     state.outcomes.requested(message.tool_calls)
                     state.note_ai_text(mapping.message_text(message))
-            if self.track_token_usage:
+            if self.track_token_usage and state.usage.claim(run_id):
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 state.usage.add_call(
                     caller, model, [token_counts(m.usage_metadata) for m in messages]

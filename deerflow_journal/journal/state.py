@@ -49,6 +49,7 @@ class RunState:
     error: dict[str, str] | None = None
     llm_calls: int = 0
     llm_starts: dict[UUID, tuple[float, int]] = field(default_factory=dict)
+    answered: set[UUID] = field(default_factory=set)
     tool_starts: dict[UUID, ToolStart] = field(default_factory=dict)
     human_checked: bool = False
     memory_recorded: bool = False

@@ -160,6 +160,27 @@ async def test_repeated_llm_end_counts_once():
     assert (summary.llm_call_count, summary.total_tokens) == (1, 5)
 
 
+async def test_usage_reported_under_the_model_run_id_still_leaves_its_response():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    model = scripted(ai("answer from the model", tokens=(10, 5)))
+
+    def call(state: MessagesState) -> dict[str, Any]:
+        call_id = uuid.uuid4()  # reported as an external record before the call ends
+        record = {"source_run_id": str(call_id), "input_tokens": 10, "output_tokens": 5}
+        assert journal.record_external_llm_usage_records([record]) == 1
+        return {"messages": [model.invoke(state["messages"], {"run_id": call_id})]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("call", call)
+    builder.add_edge(START, "call")
+    await journaled(builder.compile(), journal)
+    (response,) = of_type(await run_events(journal, flush=True), "llm.ai.response")
+    assert response["content"]["content"] == "answer from the model"
+    summary = journal.summary()
+    assert (summary.llm_call_count, summary.total_tokens) == (1, 15)  # usage counted once
+    assert summary.last_ai_message == "answer from the model"
+
+
 # -- human input ---------------------------------------------------------------------------
 
 
