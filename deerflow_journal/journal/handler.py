@@ -319,6 +319,30 @@ class RunJournal(GraphCallbackHandler):
             last = not self._runs
         self._writer.run_ended(state, loop, last)
 
+    # -- retrievers -----------------------------------------------------------------------------
+
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any],
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Remember a retriever as part of its run, so model calls inside it are attributed."""
+        state = self._parent_run(parent_run_id)
+        if state is not None:
+            self._runs[run_id] = state
+
+    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget a finished retriever."""
+        self._runs.pop(run_id, None)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget a failed retriever."""
+        self._runs.pop(run_id, None)
+
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
     def on_interrupt(self, event: GraphInterruptEvent) -> None:

@@ -7,9 +7,12 @@ import uuid
 from typing import Annotated, Any
 
 import pytest
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -179,6 +182,35 @@ async def test_usage_reported_under_the_model_run_id_still_leaves_its_response()
     summary = journal.summary()
     assert (summary.llm_call_count, summary.total_tokens) == (1, 15)  # usage counted once
     assert summary.last_ai_message == "answer from the model"
+
+
+class RewritingRetriever(BaseRetriever):
+    """A retriever that asks a model to rewrite the query first, as multi-query retrievers do."""
+
+    rewriter: Any
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        rewritten = self.rewriter.invoke(query, {"callbacks": run_manager.get_child()})
+        return [Document(page_content=f"found for {rewritten.content}")]
+
+
+async def test_model_calls_inside_a_retriever_belong_to_the_run():
+    retriever = RewritingRetriever(rewriter=scripted(ai("rewritten query", tokens=(50, 10))))
+
+    def search(state: MessagesState) -> dict[str, Any]:
+        (document,) = retriever.invoke("query")
+        return {"messages": [AIMessage(document.page_content)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("search", search)
+    builder.add_edge(START, "search")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(builder.compile(), journal)
+    (response,) = of_type(await run_events(journal, flush=True), "llm.ai.response")
+    assert response["content"]["content"] == "rewritten query"
+    assert (journal.summary().llm_call_count, journal.summary().total_tokens) == (1, 60)
 
 
 # -- human input ---------------------------------------------------------------------------
