@@ -10,7 +10,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
@@ -21,11 +21,15 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
 from deerflow_journal.journal import mapping
-from deerflow_journal.journal.loops import dispatched_synchronously, running_loop
+from deerflow_journal.journal.loops import (
+    dispatched_synchronously,
+    looked_up_by_async_dispatcher,
+    running_loop,
+)
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
 from deerflow_journal.journal.state import RunState, ToolStart
 from deerflow_journal.journal.usage import token_counts
-from deerflow_journal.journal.workspace import WorkspaceTracker
+from deerflow_journal.journal.workspace import Snapshot, WorkspaceTracker
 from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import check_text, current_user_id
 from deerflow_journal.stores import RunEventStore, open_store
@@ -477,29 +481,46 @@ class RunJournal(GraphCallbackHandler):
 
     # -- tools ---------------------------------------------------------------------------------
 
-    def on_tool_start(
+    @property
+    def on_tool_start(self) -> Callable[..., Any]:
+        """Time the tool, remember which call it answers, wait for the run's start snapshot.
+
+        With ``workspace_roots``, LangChain's async dispatcher is handed a coroutine function:
+        an async tool then awaits a snapshot still in progress instead of blocking the event
+        loop. Everyone else (the sync dispatcher, subclasses, direct calls) gets the plain
+        method, which blocks until the snapshot is taken.
+        """
+        if self._workspace is not None and looked_up_by_async_dispatcher():
+            return self._await_tool_start
+        return self._tool_start
+
+    def _tool_start(self, serialized: dict[str, Any] | None, input_str: str, **kwargs: Any) -> None:
+        WorkspaceTracker.wait(self._tool_started(serialized, **kwargs))
+
+    async def _await_tool_start(
+        self, serialized: dict[str, Any] | None, input_str: str, **kwargs: Any
+    ) -> None:
+        await WorkspaceTracker.wait_async(self._tool_started(serialized, **kwargs))
+
+    def _tool_started(
         self,
-        serialized: dict[str, Any],
-        input_str: str,
+        serialized: dict[str, Any] | None,
         *,
         run_id: UUID,
         parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        inputs: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> None:
-        """Time the tool and remember which tool call it answers."""
+    ) -> Snapshot | None:
+        """Book a tool start; return the run's workspace snapshot (``None``: nothing to wait)."""
         name = kwargs.get("name") or (serialized or {}).get("name")
         with self._lock:
             state = self._parent_run(parent_run_id)
             if state is None:
-                return
+                return None
             self._runs[run_id] = state
             state.tool_starts[run_id] = ToolStart(
                 time.monotonic(), kwargs.get("tool_call_id"), name
             )
-        WorkspaceTracker.wait(state.workspace_before)
+        return state.workspace_before
 
     def on_tool_end(
         self,

@@ -7,9 +7,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
+import pytest
+from langchain_core.callbacks import (
+    BaseCallbackHandler,
+    adispatch_custom_event,
+    dispatch_custom_event,
+)
 from langchain_core.messages import AIMessage
-from langchain_core.tools import tool
+from langchain_core.tools import StructuredTool, tool
 from langgraph.config import get_stream_writer
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -163,34 +168,58 @@ async def test_a_run_that_changes_no_file_records_no_workspace_event(tmp_path):
     assert "workspace_changes" not in types and types[-1] == "run.end"
 
 
-async def test_the_first_tool_waits_for_a_snapshot_still_in_progress(tmp_path, monkeypatch):
+class ToolStartSignal(BaseCallbackHandler):
+    """Listed before the journal: tells when a tool starts (on the loop for async tools)."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+        self.started.set()
+
+
+@pytest.mark.parametrize("kind", ["sync tool", "async tool"])
+async def test_the_first_tool_waits_for_a_snapshot_still_in_progress(tmp_path, monkeypatch, kind):
+    """The snapshot is released by a task on the caller's loop once the tool is starting: a
+    tool start that blocked the loop would leave it waiting until its deadlock guard."""
     root = workspace(tmp_path)
     order: list[str] = []
-    tool_starting = threading.Event()
+    signal, release = ToolStartSignal(), threading.Event()
     real_capture = tracker_module.capture_workspace_snapshot
 
     async def slow_capture(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.to_thread(tool_starting.wait)  # still scanning when the tool starts
+        if not await asyncio.to_thread(release.wait, 10):  # still scanning as the tool starts
+            order.append("the event loop was blocked")
         snapshot = await real_capture(*args, **kwargs)
         order.append("snapshot")
         return snapshot
 
-    @tool
+    async def probe() -> None:
+        await asyncio.to_thread(signal.started.wait)
+        release.set()
+
     def touch(name: str) -> str:
-        """Create a file."""
         order.append("tool")
         (root.host_path / name).write_text("x\n")
         return "ok"
 
-    class Journal(RunJournal):
-        def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
-            tool_starting.set()
-            super().on_tool_start(*args, **kwargs)
+    async def atouch(name: str) -> str:
+        return touch(name)
 
+    touch_tool = StructuredTool.from_function(
+        touch if kind == "sync tool" else None,
+        coroutine=atouch if kind == "async tool" else None,
+        name="touch",
+        description="Create a file.",
+    )
     monkeypatch.setattr(tracker_module, "capture_workspace_snapshot", slow_capture)
     model = scripted(ai("", calls=[("touch", {"name": "a.txt"}, "t1")]), ai("ok"))
-    journal = Journal(event_store=MemoryRunEventStore(), workspace_roots=[root])
-    await agent_graph(model, [touch]).ainvoke(QUESTION, {"callbacks": [journal]})
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    probing = asyncio.create_task(probe())
+    await agent_graph(model, [touch_tool]).ainvoke(QUESTION, {"callbacks": [signal, journal]})
+    await probing
     assert order == ["snapshot", "tool"]
     types = [e["event_type"] for e in await run_events(journal, flush=True)]
     assert types[-2] == "workspace_changes"
