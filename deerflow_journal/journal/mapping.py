@@ -112,9 +112,12 @@ def _event(definition: RunEventDefinition, content: Any, metadata: dict[str, Any
 
 
 def caller_from_tags(tags: Sequence[str] | None) -> str:
-    """Return the first ``lead_agent``, ``subagent:{name}`` or ``middleware:{name}`` tag."""
+    """Return the last ``lead_agent``, ``subagent:{name}`` or ``middleware:{name}`` tag.
+
+    LangChain lists inherited (outer) tags first, so the last one is the innermost caller.
+    """
     if tags:
-        for tag in tags:
+        for tag in reversed(tags):
             if tag == LEAD_AGENT:
                 return tag
             if tag.startswith(_CALLER_PREFIXES) and not tag.endswith(":"):

@@ -260,6 +260,32 @@ async def test_middleware_model_calls_are_attributed_and_bucketed():
     assert summary.last_ai_message is None
 
 
+async def test_inner_caller_tags_win_over_a_root_tagged_lead_agent():
+    research = agent_graph(scripted(ai("8", tokens=(9, 1)))).with_config(tags=["subagent:research"])
+    summarize = model_node(scripted(ai("short", tokens=(4, 4))), tags=["middleware:summarize"])
+    graph = StateGraph(MessagesState)
+    graph.add_node("research", research)
+    graph.add_node("summarize", summarize)
+    graph.add_node("lead", model_node(scripted(ai("Research says 8.", tokens=(11, 4)))))
+    graph.add_edge(START, "research")
+    graph.add_edge("research", "summarize")
+    graph.add_edge("summarize", "lead")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(graph.compile(), journal, tags=["lead_agent"])
+    responses = of_type(await run_events(journal, flush=True), "llm.ai.response")
+    assert [(r["content"]["content"], r["metadata"]["caller"]) for r in responses] == [
+        ("8", "subagent:research"),
+        ("short", "middleware:summarize"),
+        ("Research says 8.", "lead_agent"),
+    ]
+    summary = journal.summary()
+    assert (summary.subagent_tokens, summary.middleware_tokens, summary.lead_agent_tokens) == (
+        10,
+        8,
+        15,
+    )
+
+
 # -- tools ---------------------------------------------------------------------------------
 
 
