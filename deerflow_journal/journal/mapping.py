@@ -209,7 +209,7 @@ def control_flow_status(error: BaseException) -> RunStatus | None:
     """The outcome a control-flow "error" stands for (``None`` when it is a real failure)."""
     if isinstance(error, GraphInterrupt):
         return "interrupted"
-    if isinstance(error, asyncio.CancelledError):
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):  # or a stream closed early
         return "cancelled"
     if isinstance(error, GraphBubbleUp):
         return "success"
@@ -223,7 +223,8 @@ def terminal_event(
 
     LangGraph reports a pause with ``on_interrupt`` and then ends the root chain normally: that
     is ``interrupted`` with ``run.interrupt`` (as is a ``GraphInterrupt`` reaching the root).
-    A cancelled task is ``cancelled``, any other error ``error``, both with ``run.error``.
+    A cancelled task or a stream closed early is ``cancelled``, any other error ``error``,
+    both with ``run.error``.
     """
     if error is None and interrupt is None:
         return "success", run_end_event(outputs)

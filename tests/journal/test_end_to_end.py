@@ -325,3 +325,27 @@ async def test_a_cancelled_run_ends_cancelled(store):
     assert events[4]["metadata"] == {"error_type": "CancelledError"}
     assert summary.status == "cancelled"
     assert summary.error is not None and summary.error["type"] == "CancelledError"
+
+
+def test_a_stream_closed_early_ends_cancelled():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    updates = tool_agent().stream(QUESTION, {"callbacks": [journal]})
+    next(updates)
+    updates.close()
+    events = asyncio.run(run_events(journal, flush=True))
+    assert [e["event_type"] for e in events][-2:] == ["tool.unresolved", "run.error"]
+    assert events[-2]["content"]["reason"] == "cancelled"
+    assert events[-1]["metadata"] == {"error_type": "GeneratorExit"}
+    assert journal.summary().status == "cancelled"
+
+
+async def test_an_async_stream_closed_early_ends_cancelled():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    updates = tool_agent().astream(QUESTION, {"callbacks": [journal]})
+    async for _ in updates:
+        break
+    await updates.aclose()
+    events = await run_events(journal, flush=True)
+    assert [e["event_type"] for e in events][-2:] == ["tool.unresolved", "run.error"]
+    assert events[-2]["content"]["reason"] == "cancelled"
+    assert journal.summary().status == "cancelled"
