@@ -455,10 +455,10 @@ class RunJournal(GraphCallbackHandler):
                 if caller == mapping.LEAD_AGENT:
                     state.outcomes.requested(message.tool_calls)
                     state.note_ai_text(mapping.message_text(message))
-            if self.track_token_usage and state.usage.claim(run_id):
+            if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 state.usage.add_call(
-                    caller, model, [token_counts(m.usage_metadata) for m in messages]
+                    run_id, caller, model, [token_counts(m.usage_metadata) for m in messages]
                 )
         self._writer.changed(state)
 
