@@ -259,10 +259,7 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause)."""
-        if parent_run_id is not None:
-            self._runs.pop(run_id, None)
-            return
-        self._end_run(run_id, outputs, None)
+        self._chain_ended(run_id, parent_run_id, outputs, None)
 
     def on_chain_error(
         self,
@@ -273,10 +270,16 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """End the run at its root chain with ``run.error``; nested errors add nothing."""
-        if parent_run_id is not None:
+        self._chain_ended(run_id, parent_run_id, None, error)
+
+    def _chain_ended(
+        self, run_id: UUID, parent_run_id: UUID | None, outputs: Any, error: BaseException | None
+    ) -> None:
+        """Forget a nested chain (no lock: one atomic pop); end the run at its root chain."""
+        if parent_run_id is None:
+            self._end_run(run_id, outputs, error)
+        else:
             self._runs.pop(run_id, None)
-            return
-        self._end_run(run_id, None, error)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
