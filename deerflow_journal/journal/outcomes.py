@@ -48,7 +48,9 @@ class ToolCallOutcomes:
 
     def settle(self, caller: str | None = None) -> list[Mapping[str, Any]]:
         """Return the held errors (of ``caller``, or all) and count their calls as ended."""
-        settled = []
+        settled: list[Mapping[str, Any]] = []
+        if not self._failed:
+            return settled
         for call_id, (held_by, event) in list(self._failed.items()):
             if caller is None or held_by == caller:
                 self.resolve(call_id)
