@@ -38,8 +38,10 @@ class ToolCallOutcomes:
         return self._pending.pop(tool_call_id, False) is not False
 
     def stopped(self, tool_call_id: str | None, status: RunStatus) -> None:
-        """Note that a call was stopped by control flow (``status``: what the stop stands for)."""
+        """Note that a call was stopped by control flow (``status``: what the stop stands for);
+        its last attempt decides, so an error an earlier attempt left is dropped."""
         if tool_call_id in self._pending:
+            self._failed.pop(tool_call_id, None)
             self._pending[tool_call_id] = (self._pending[tool_call_id][0], status)
 
     def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:
