@@ -43,8 +43,17 @@ __all__ = [
 ID_MAX_LENGTH = 128
 DEFAULT_MAX_TRACE_CONTENT = 10240
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_EVENT_KEYS = frozenset(
-    {"thread_id", "run_id", "event_type", "category", "content", "metadata", "created_at"}
+_ALLOWED_KEYS = frozenset(
+    {
+        "thread_id",
+        "run_id",
+        "event_type",
+        "category",
+        "content",
+        "metadata",
+        "created_at",
+        "user_id",
+    }
 )
 _ORJSON_OPTIONS = (
     orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -114,6 +123,14 @@ def resolve_read_user(user_id: str | Auto | None) -> str | None:
 def check_text(value: object, field: str, max_length: int = ID_MAX_LENGTH, where: str = "") -> str:
     """Return ``value`` if it is a 1..max_length string with no control characters or lone
     surrogates (what every backend can store and index); raise naming ``field`` otherwise."""
+    # Printable ASCII has neither: the common case needs no regex and no encoding.
+    if (
+        type(value) is str
+        and 0 < len(value) <= max_length
+        and value.isascii()
+        and value.isprintable()
+    ):
+        return value
     if not isinstance(value, str):
         raise TypeError(f"{where}{field} must be a string, got {type(value).__name__}")
     if not value or len(value) > max_length:
@@ -203,12 +220,16 @@ class PendingEvent:
     run_id: str
     event_type: str
     category: str
-    content: Any
     metadata: dict[str, Any]
     content_json: str
     metadata_json: str
     created_at: str
     user_id: str | None
+
+    @property
+    def content(self) -> Any:
+        """The content as plain JSON values, decoded afresh from ``content_json``."""
+        return orjson.loads(self.content_json)
 
     def record(self, seq: int) -> RunEvent:
         """Return the stored record this event becomes once it has ``seq``."""
@@ -241,8 +262,8 @@ def normalise_event(
     where = "" if index is None else f"event {index}: "
     if not isinstance(event, Mapping):
         raise TypeError(f"{where}an event must be a mapping, got {type(event).__name__}")
-    unknown = event.keys() - _EVENT_KEYS - {"user_id"}
-    if unknown:
+    if not _ALLOWED_KEYS.issuperset(event):
+        unknown = event.keys() - _ALLOWED_KEYS
         raise ValueError(
             f"{where}unknown event field(s) {sorted(unknown)}; seq is assigned by the store"
             if "seq" in unknown
@@ -285,7 +306,6 @@ def normalise_event(
         run_id=run_id,
         event_type=event_type,
         category=category,
-        content=orjson.loads(content_json),
         metadata=orjson.loads(metadata_json),
         content_json=content_json,
         metadata_json=metadata_json,

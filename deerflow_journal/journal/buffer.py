@@ -2,11 +2,11 @@
 
 Callbacks only append to memory: events whose content may still hold LangChain messages and
 whose ``created_at`` is a ``time.time()`` float. A write takes everything pending when it
-starts, turns it into plain values and sends it with one ``put_batch`` (then the pending run
-summaries); if the store fails, the batch goes back to the front of the buffer, so nothing is
-lost, duplicated or reordered. A write is never abandoned half way: cancelling a write waits
-for the store's outcome first. Writes run on an event loop chosen by the caller, as tracked
-tasks or futures, never more than one at a time.
+starts, turns it into plain values and sends it with the pending run summaries in one store
+write, all or nothing; if the store fails, all of it goes back to the front of the buffer, so
+nothing is lost, duplicated or reordered. A write is never abandoned half way: cancelling a
+write waits for the store's outcome first. Writes run on an event loop chosen by the caller,
+as tracked tasks or futures, never more than one at a time.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ logger = logging.getLogger(__name__)
 SummaryBuilder = Callable[[], RunSummary]
 
 
-def _plain_event(event: dict[str, Any]) -> dict[str, Any]:
+def _plain_event(event: dict[str, Any], dumps: dict[int, Any]) -> dict[str, Any]:
     created_at = event["created_at"]
     if isinstance(created_at, float):
         created_at = datetime.fromtimestamp(created_at, UTC)
-    return {**event, "content": plain(event["content"]), "created_at": created_at}
+    return {**event, "content": plain(event["content"], dumps), "created_at": created_at}
 
 
 async def _to_the_end(write: Coroutine[Any, Any, Any]) -> tuple[BaseException | None, bool]:
@@ -175,27 +175,25 @@ class EventBuffer:
             close_after = self._close_when_empty
             self._close_when_empty = False
             self._drain = False  # this write takes everything a drain asked for
-        cancelled = False
-        if events:
-            error, cancelled = await _to_the_end(
-                self.store.put_batch([_plain_event(event) for event in events])
-            )
+        if events or summaries:
+            error, cancelled = await _to_the_end(self._send(events, summaries))
             if error is not None:
                 self._requeue(events, summaries, close_after)
                 raise error
-        for index, (_, build) in enumerate(summaries):
             if cancelled:
-                self._requeue([], summaries[index:], close_after)
+                self._requeue([], [], close_after)
                 raise asyncio.CancelledError
-            error, cancelled = await _to_the_end(self.store.put_run_summary(build()))
-            if error is not None:
-                self._requeue([], summaries[index:], close_after)
-                raise error
-        if cancelled:
-            self._requeue([], [], close_after)
-            raise asyncio.CancelledError
         if close_after:
             await self.store.close()
+
+    async def _send(
+        self,
+        events: list[dict[str, Any]],
+        summaries: list[tuple[tuple[str, str], SummaryBuilder]],
+    ) -> None:
+        dumps: dict[int, Any] = {}
+        batch = [_plain_event(event, dumps) for event in events]
+        await self.store._put_journal_batch(batch, [build() for _, build in summaries])
 
     def _requeue(
         self,

@@ -144,16 +144,25 @@ def run_start_event(
     return _event(RUN_START_EVENT, {"chain": name}, {**(metadata or {}), "caller": caller})
 
 
-def plain(value: Any) -> Any:
-    """Replace pydantic models (LangChain messages) in ``value`` by their ``model_dump()``."""
+def plain(value: Any, dumps: dict[int, Any] | None = None) -> Any:
+    """Replace pydantic models (LangChain messages) in ``value`` by their ``model_dump()``.
+
+    ``dumps`` caches the dumps by object id across the values of one batch, where the same
+    message often appears twice (its own event and the run's final outputs).
+    """
     if isinstance(value, str | int | float | bool | None):
         return value
     if isinstance(value, BaseModel):
-        return value.model_dump()
+        if dumps is None:
+            return value.model_dump()
+        dump = dumps.get(id(value))
+        if dump is None:
+            dump = dumps[id(value)] = value.model_dump()
+        return dump
     if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
+        return {key: plain(item, dumps) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
+        return [plain(item, dumps) for item in value]
     return value
 
 

@@ -341,16 +341,7 @@ class RunEventStore(ABC):
         The summary is stamped with the current user when it names none. Raises
         ``PermissionError`` and writes nothing if the stored summary belongs to another user.
         """
-        if not isinstance(summary, RunSummary):
-            raise TypeError(f"summary must be a RunSummary, got {type(summary).__name__}")
-        if summary.user_id is None and current_user_id() is not None:
-            summary = summary.model_copy(update={"user_id": current_user_id()})
-        _check_thread(summary.thread_id)
-        _check_run(summary.run_id)
-        if summary.user_id is not None:
-            check_text(summary.user_id, "user_id")
-        # The same JSON normalisation as events, so every backend stores the same text.
-        data = decode_json(encode_json(summary.to_json_dict()))
+        data = _summary_data(summary)
         await self._ready()
         await _finish(self._put_run_summary(data))
         return RunSummary.model_validate(data)
@@ -373,6 +364,21 @@ class RunEventStore(ABC):
         rows = await self._list_run_summaries(_check_thread(thread_id), user)
         return [RunSummary.model_validate(row) for row in rows]
 
+    # -- the journal's writes ----------------------------------------------------------------
+
+    async def _put_journal_batch(
+        self, events: Sequence[Mapping[str, Any]], summaries: Sequence[RunSummary]
+    ) -> None:
+        """Append ``events`` and upsert ``summaries`` in one write, all or nothing.
+
+        ``RunJournal``'s flush: normalised like ``put_batch`` and ``put_run_summary``, but
+        returns no records and is not shielded, since the journal awaits it to the end itself.
+        """
+        pending = normalise_batch(events, max_trace_content=self.max_trace_content)
+        data = [_summary_data(summary) for summary in summaries]
+        await self._ready()
+        await self._append_with_summaries(pending, data)
+
     # -- backend hooks -----------------------------------------------------------------------
 
     @abstractmethod
@@ -384,6 +390,13 @@ class RunEventStore(ABC):
     @abstractmethod
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
         """Persist ``events`` in one atomic step, assigning seq per thread in input order."""
+
+    @abstractmethod
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        """Persist ``events`` as ``_append`` does and upsert ``summaries`` as
+        ``_put_run_summary`` does, in one atomic step: a refused summary writes nothing."""
 
     @abstractmethod
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
@@ -432,6 +445,20 @@ class RunEventStore(ABC):
     async def _list_run_summaries(
         self, thread_id: str, user_id: str | None
     ) -> list[dict[str, Any]]: ...
+
+
+def _summary_data(summary: RunSummary) -> dict[str, Any]:
+    """Check a summary, stamp the current user, and return the JSON dict backends store."""
+    if not isinstance(summary, RunSummary):
+        raise TypeError(f"summary must be a RunSummary, got {type(summary).__name__}")
+    if summary.user_id is None and current_user_id() is not None:
+        summary = summary.model_copy(update={"user_id": current_user_id()})
+    _check_thread(summary.thread_id)
+    _check_run(summary.run_id)
+    if summary.user_id is not None:
+        check_text(summary.user_id, "user_id")
+    # The same JSON normalisation as events, so every backend stores the same text.
+    return decode_json(encode_json(summary.to_json_dict()))
 
 
 def _event_kwargs(

@@ -158,6 +158,23 @@ class JsonlRunEventStore(RunEventStore):
         with self._locked(e.thread_id for e in events) as held:
             return self._write(held, events)
 
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        await asyncio.to_thread(self._append_with_summaries_sync, events, summaries)
+
+    def _append_with_summaries_sync(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        event_threads = {e.thread_id for e in events}
+        with self._locked([*event_threads, *(s["thread_id"] for s in summaries)]) as held:
+            for summary in summaries:  # refuse before anything is written
+                _check_summary_owner(held[summary["thread_id"]].paths, summary)
+            if events:
+                self._write({t: held[t] for t in event_threads}, events)
+            for summary in summaries:
+                append_summary(held[summary["thread_id"]].paths, summary)
+
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         return await asyncio.to_thread(self._append_if_absent_sync, event)
 
@@ -318,9 +335,7 @@ class JsonlRunEventStore(RunEventStore):
     def _put_run_summary_sync(self, summary: dict[str, Any]) -> None:
         with self._locked([summary["thread_id"]]) as held:
             paths = held[summary["thread_id"]].paths
-            stored = read_summaries(paths).get(summary["run_id"])
-            if stored is not None and stored.get("user_id") != summary["user_id"]:
-                raise other_users_summary_error(summary)
+            _check_summary_owner(paths, summary)
             append_summary(paths, summary)
 
     async def _get_run_summary(
@@ -337,6 +352,12 @@ class JsonlRunEventStore(RunEventStore):
     ) -> list[dict[str, Any]]:
         summaries = await asyncio.to_thread(read_summaries, self._paths(thread_id))
         return [s for s in summaries.values() if user_id is None or s.get("user_id") == user_id]
+
+
+def _check_summary_owner(paths: ThreadPaths, summary: dict[str, Any]) -> None:
+    stored = read_summaries(paths).get(summary["run_id"])
+    if stored is not None and stored.get("user_id") != summary["user_id"]:
+        raise other_users_summary_error(summary)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -124,17 +124,27 @@ class MemoryRunEventStore(RunEventStore):
             thread = self._threads[thread_id] = _Thread()
         return thread
 
+    # No await in the write hooks: each write is atomic on the event loop.
+
+    def _add(self, event: PendingEvent) -> int:
+        thread = self._thread(event.thread_id)
+        thread.last_seq += 1
+        metadata = event.metadata
+        thread.add(_Row(thread.last_seq, event, metadata.get("task_id"), metadata.get("caller")))
+        return thread.last_seq
+
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        # No await between here and the return: the batch is atomic on the event loop.
-        records = []
+        return [event.record(self._add(event)) for event in events]
+
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        for summary in summaries:  # refuse before anything is written
+            self._check_summary_owner(summary)
         for event in events:
-            thread = self._thread(event.thread_id)
-            thread.last_seq += 1
-            metadata = event.metadata
-            row = _Row(thread.last_seq, event, metadata.get("task_id"), metadata.get("caller"))
-            thread.add(row)
-            records.append(event.record(thread.last_seq))
-        return records
+            self._add(event)
+        for summary in summaries:
+            self._summaries[(summary["thread_id"], summary["run_id"])] = summary
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
@@ -222,12 +232,14 @@ class MemoryRunEventStore(RunEventStore):
                 del self._summaries[key]
         return deleted
 
-    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        key = (summary["thread_id"], summary["run_id"])
-        stored = self._summaries.get(key)
+    def _check_summary_owner(self, summary: dict[str, Any]) -> None:
+        stored = self._summaries.get((summary["thread_id"], summary["run_id"]))
         if stored is not None and stored["user_id"] != summary["user_id"]:
             raise other_users_summary_error(summary)
-        self._summaries[key] = summary
+
+    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
+        self._check_summary_owner(summary)
+        self._summaries[(summary["thread_id"], summary["run_id"])] = summary
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

@@ -209,6 +209,18 @@ class PostgresRunEventStore(RunEventStore):
             last_seqs = dict(await cur.fetchall())
         return _assign_seqs(events, last_seqs)
 
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
+            if events:
+                await _lock_threads(conn, {e.thread_id for e in events})
+                await cur.execute(_INSERT_BATCH, _batch_columns(events))
+            for summary in summaries:
+                written = await conn.execute(_UPSERT_SUMMARY, _summary_params(summary))
+                if await written.fetchone() is None:
+                    raise other_users_summary_error(summary)
+
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
             await _lock_threads(conn, {event.thread_id})
@@ -299,9 +311,8 @@ class PostgresRunEventStore(RunEventStore):
     # -- run summaries -----------------------------------------------------------------------
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        params = (summary["thread_id"], summary["run_id"], summary["user_id"])
         async with self._connection() as (_, cur):
-            await cur.execute(_UPSERT_SUMMARY, (*params, _jsonb_text(encode_json(summary))))
+            await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
             written = await cur.fetchone()
         if written is None:
             raise other_users_summary_error(summary)
@@ -384,6 +395,11 @@ def _batch_columns(events: list[PendingEvent]) -> list[list[Any]]:
         for e in events
     ]
     return [list(column) for column in zip(*rows, strict=True)]
+
+
+def _summary_params(summary: dict[str, Any]) -> tuple[Any, ...]:
+    data = _jsonb_text(encode_json(summary))
+    return summary["thread_id"], summary["run_id"], summary["user_id"], data
 
 
 def _assign_seqs(events: list[PendingEvent], last_seqs: dict[str, int]) -> list[RunEvent]:

@@ -64,6 +64,12 @@ _APPEND_ONE_SQL = (
     "coalesce((SELECT last_seq FROM run_thread_seq WHERE thread_id = ?1), 0) + 1, "
     f"{', '.join(f'?{i}' for i in range(1, _PARAMS_PER_EVENT + 1))}) RETURNING thread_id, seq"
 )
+# Another user's summary is left alone: the statement then returns no row.
+_UPSERT_SUMMARY = (
+    "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
+    "WHERE run_summaries.user_id IS excluded.user_id RETURNING id"
+)
 _FIRST_OF_TYPE_SQL = (
     f"SELECT {_COLUMNS} FROM run_events WHERE thread_id = ? AND run_id = ? AND event_type = ? "
     "AND user_id IS ? ORDER BY seq LIMIT 1"
@@ -214,6 +220,17 @@ class SqliteRunEventStore(RunEventStore):
                     returned.extend(rows)
         return _numbered(events, returned)
 
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        async with self._transaction() as db:
+            for start in range(0, len(events), ROWS_PER_STATEMENT):
+                chunk = events[start : start + ROWS_PER_STATEMENT]
+                await db.execute_fetchall(_append_sql(len(chunk)), _batch_params(chunk))
+            for summary in summaries:
+                if not await db.execute_fetchall(_UPSERT_SUMMARY, _summary_params(summary)):
+                    raise other_users_summary_error(summary)
+
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         while True:
             returned = await self._write(_append_sql(1, if_absent=True), _batch_params([event]))
@@ -329,13 +346,7 @@ class SqliteRunEventStore(RunEventStore):
     # -- run summaries -----------------------------------------------------------------------
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        written = await self._write(
-            "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
-            "WHERE run_summaries.user_id IS excluded.user_id RETURNING id",
-            (summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)),
-        )
-        if not written:
+        if not await self._write(_UPSERT_SUMMARY, _summary_params(summary)):
             raise other_users_summary_error(summary)
 
     async def _get_run_summary(
@@ -448,6 +459,10 @@ def _batch_params(events: Iterable[PendingEvent]) -> list[Any]:
             caller if isinstance(caller, str) else None,
         )
     return params
+
+
+def _summary_params(summary: dict[str, Any]) -> tuple[Any, ...]:
+    return summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)
 
 
 def _numbered(events: list[PendingEvent], returned: Iterable[Any]) -> list[RunEvent]:

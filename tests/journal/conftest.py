@@ -13,26 +13,43 @@ from typing import Any
 import pytest
 
 from deerflow_journal import RunEventStore, RunJournal, validate_event
+from deerflow_journal.records import normalise_batch
 
 
 @pytest.fixture(autouse=True)
 def journal_events_honour_the_contract(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """Validate every record written by ``put_batch``; fail the test on any violation."""
+    """Validate every record written by ``put_batch`` or by a journal; fail on any violation.
+
+    A journal's write returns no records: its events are checked as normalised for the store
+    (seq aside, which the envelope only needs to be positive).
+    """
     monkeypatch.setattr(RunJournal, "raise_error", True)
     written: list[dict[str, Any]] = []
     problems: list[str] = []
     original = RunEventStore.put_batch
 
+    def check(record: Any) -> None:
+        try:
+            validate_event(record)
+        except Exception as exc:  # collected: raising here would look like a store failure
+            problems.append(f"{record['event_type']}: {exc}")
+        written.append(record)
+
     async def checked_put_batch(self: RunEventStore, events: Any) -> Any:
         records = await original(self, events)
         for record in records:
-            try:
-                validate_event(record)
-            except Exception as exc:  # collected: raising here would look like a store failure
-                problems.append(f"{record['event_type']}: {exc}")
-        written.extend(records)
+            check(record)
         return records
 
     monkeypatch.setattr(RunEventStore, "put_batch", checked_put_batch)
+    original_journal_batch = RunEventStore._put_journal_batch
+
+    async def checked_journal_batch(self: RunEventStore, events: Any, summaries: Any) -> None:
+        await original_journal_batch(self, events, summaries)
+        pending = normalise_batch(events, max_trace_content=self.max_trace_content)
+        for seq, event in enumerate(pending, start=1):
+            check(event.record(seq))
+
+    monkeypatch.setattr(RunEventStore, "_put_journal_batch", checked_journal_batch)
     yield written
     assert not problems, problems

@@ -30,12 +30,14 @@ class FlakyStore(MemoryRunEventStore):
         self.batches = 0
         self.failures = 0
 
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
         self.batches += 1
         if self.every and self.batches % self.every == 0:
             self.failures += 1
             raise ConnectionError(f"injected failure of batch {self.batches}")
-        return await super()._append(events)
+        await super()._append_with_summaries(events, summaries)
 
 
 class GatedStore(MemoryRunEventStore):
@@ -47,12 +49,14 @@ class GatedStore(MemoryRunEventStore):
         self.active = 0
         self.max_active = 0
 
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
             await self.gate.wait()
-            return await super()._append(events)
+            await super()._append_with_summaries(events, summaries)
         finally:
             self.active -= 1
 
@@ -233,10 +237,12 @@ class StuckStore(MemoryRunEventStore):
 
     stuck = True
 
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
         if self.stuck:
             await asyncio.Event().wait()
-        return await super()._append(events)
+        await super()._append_with_summaries(events, summaries)
 
 
 def test_a_write_cancelled_with_its_event_loop_keeps_its_batch():
