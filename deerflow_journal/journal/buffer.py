@@ -4,9 +4,10 @@ Callbacks only append to memory: events whose content may still hold LangChain m
 whose ``created_at`` is a ``time.time()`` float. A write takes everything pending when it
 starts, turns it into plain values and sends it with the pending run summaries in one store
 write, all or nothing; if the store fails, all of it goes back to the front of the buffer, so
-nothing is lost, duplicated or reordered. A write is never abandoned half way: cancelling a
-write waits for the store's outcome first. Writes run on an event loop chosen by the caller,
-as tracked tasks or futures, never more than one at a time.
+nothing is lost, duplicated or reordered. An event that can never be stored (its conversion or
+normalisation raises ``ValueError``/``TypeError``) is dropped alone, logged at ERROR. A write
+is never abandoned half way: cancelling a write waits for the store's outcome first. Writes
+run on an event loop chosen by the caller, as tracked tasks or futures, one at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from deerflow_journal.journal.loops import running_loop
 from deerflow_journal.journal.mapping import plain
+from deerflow_journal.records import normalise_event
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.summary import RunSummary
 
@@ -175,8 +177,15 @@ class EventBuffer:
             close_after = self._close_when_empty
             self._close_when_empty = False
             self._drain = False  # this write takes everything a drain asked for
+        error, cancelled = None, False
+        while events or summaries:
+            error, stopped = await _to_the_end(self._send(events, summaries))
+            cancelled = cancelled or stopped
+            valid = events if error is None else self._storable(events, error)
+            if len(valid) == len(events):
+                break
+            events = valid
         if events or summaries:
-            error, cancelled = await _to_the_end(self._send(events, summaries))
             if error is not None:
                 self._requeue(events, summaries, close_after)
                 raise error
@@ -195,6 +204,27 @@ class EventBuffer:
         batch = [_plain_event(event, dumps) for event in events]
         await self.store._put_journal_batch(batch, [build() for _, build in summaries])
 
+    def _storable(self, events: list[dict[str, Any]], error: BaseException) -> list[dict[str, Any]]:
+        """The events of a batch that failed with ``error``, less those that never can be stored."""
+        if not isinstance(error, ValueError | TypeError):
+            return events
+        kept = []
+        for event in events:
+            try:
+                normalise_event(
+                    _plain_event(event, {}), max_trace_content=self.store.max_trace_content
+                )
+            except (ValueError, TypeError) as exc:
+                logger.error(
+                    "journal dropped a %s event of run %s it can never store: %s",
+                    event.get("event_type"),
+                    event.get("run_id"),
+                    exc,
+                )
+            else:
+                kept.append(event)
+        return kept
+
     def _requeue(
         self,
         events: list[dict[str, Any]],
@@ -210,7 +240,9 @@ class EventBuffer:
 
     def _finished(self, write: _Write, future: Any) -> None:
         error = None if future.cancelled() else future.exception()
-        if future.cancelled() or error is not None:
+        if future.cancelled():
+            logger.warning("journal write cancelled; its events stay buffered")
+        elif error is not None:
             logger.warning("journal write failed; its events stay buffered: %r", error)
         with self._lock:
             if self._write is write:

@@ -245,7 +245,7 @@ class StuckStore(MemoryRunEventStore):
         await super()._append_with_summaries(events, summaries)
 
 
-def test_a_write_cancelled_with_its_event_loop_keeps_its_batch():
+def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog):
     store = StuckStore()
     journal = RunJournal(event_store=store)
 
@@ -254,10 +254,36 @@ def test_a_write_cancelled_with_its_event_loop_keeps_its_batch():
         await settle()  # the terminal write is now waiting inside the store
 
     asyncio.run(main())  # the loop ends without a flush: its shutdown cancels the write
+    assert "journal write cancelled; its events stay buffered" in caplog.messages
     store.stuck = False
     journal.close()
     types = [e["event_type"] for e in asyncio.run(run_events(journal))]
     assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+class Unprintable:
+    """A tool artifact JSON cannot hold and whose ``str()`` fails: never storable."""
+
+    def __str__(self) -> str:
+        raise ValueError("no text for this object")
+
+
+async def test_an_event_that_can_never_be_stored_is_dropped_alone_and_logged(caplog):
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    root = direct_run(journal, 2)
+    call = uuid.uuid4()
+    journal.on_tool_start({"name": "t"}, "", run_id=call, parent_run_id=root)
+    bad = ToolMessage("bad", tool_call_id="bad", artifact=Unprintable())
+    journal.on_tool_end(bad, run_id=call, parent_run_id=root)
+    tool_result(journal, root, 1)
+    journal.on_chain_end({}, run_id=root)
+    await journal.flush()
+    events = await run_events(journal)
+    assert [e["event_type"] for e in events] == ["run.start", *["llm.tool.result"] * 2, "run.end"]
+    assert [e["content"]["tool_call_id"] for e in events[1:3]] == ["d0", "d1"]
+    dropped = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(dropped) == 1 and "llm.tool.result" in dropped[0].getMessage()
 
 
 def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
