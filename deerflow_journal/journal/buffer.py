@@ -112,16 +112,21 @@ class EventBuffer:
         self._events: list[dict[str, Any]] = []
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
+        self._kick_at = threshold  # after a failed write: the next multiple of the threshold
         self._drain = False
         self._close_when_empty = False
 
     # -- memory only -----------------------------------------------------------------------
 
     def add(self, event: dict[str, Any]) -> bool:
-        """Append an event; True when a write should start (threshold reached, none running)."""
+        """Append an event; True when a write should start (threshold reached, none running).
+
+        After a failed write the next one waits for the next multiple of the threshold (or a
+        drain or flush), so a store that is down is not sent the whole buffer on every event.
+        """
         with self._lock:
             self._events.append(event)
-            return len(self._events) >= self.threshold and self._write is None
+            return len(self._events) >= self._kick_at and self._write is None
 
     def put_summary(self, key: tuple[str, str], build: SummaryBuilder) -> None:
         """Queue the summary of run ``key`` (thread id, run id), built when it is written."""
@@ -248,7 +253,9 @@ class EventBuffer:
             if self._write is write:
                 self._write = None
             if future.cancelled() or error is not None:
+                self._kick_at = (len(self._events) // self.threshold + 1) * self.threshold
                 return
+            self._kick_at = self.threshold
             if self._drain or len(self._events) >= self.threshold:
                 self._start_locked(write.loop)
 

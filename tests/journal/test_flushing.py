@@ -286,6 +286,20 @@ async def test_an_event_that_can_never_be_stored_is_dropped_alone_and_logged(cap
     assert len(dropped) == 1 and "llm.tool.result" in dropped[0].getMessage()
 
 
+async def test_a_store_that_is_down_is_retried_once_per_threshold_not_per_event():
+    store = FlakyStore(every=1)
+    journal = RunJournal(event_store=store, flush_threshold=20)
+    root = direct_run(journal, 1)
+    for index in range(300):
+        tool_result(journal, root, index)
+        await settle(3)
+    assert 0 < store.batches <= 301 // 20
+    store.every = 0
+    journal.on_chain_end({}, run_id=root)
+    await journal.flush()
+    assert len(await run_events(journal)) == 302
+
+
 def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
     store = FlakyStore(every=1)
     journal = RunJournal(event_store=store)
