@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -89,12 +90,18 @@ class _Write:
                 asyncio.run_coroutine_threadsafe(_outcome(self.future), self.loop)
             )
 
-    def wait_blocking(self) -> None:
-        """Wait for the job from a thread not running its loop; raise what it raised."""
-        if isinstance(self.future, concurrent.futures.Future):
-            self.future.result()
-        else:
-            asyncio.run_coroutine_threadsafe(_outcome(self.future), self.loop).result()
+    def wait_blocking(self, timeout: float) -> bool:
+        """Wait for the job from a thread not running its loop; raise what it raised.
+
+        Returns False if the job did not finish within ``timeout`` seconds.
+        """
+        future = self.future
+        if not isinstance(future, concurrent.futures.Future):
+            future = asyncio.run_coroutine_threadsafe(_outcome(future), self.loop)
+        if not concurrent.futures.wait([future], timeout).done:
+            return False
+        future.result()
+        return True
 
 
 class EventBuffer:
@@ -283,23 +290,38 @@ class EventBuffer:
                 if ours or (task is not None and task.cancelling()):
                     raise  # our own write failed, or this flush is being cancelled
 
-    def flush_blocking(self, pick_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    def flush_blocking(
+        self, pick_loop: Callable[[], asyncio.AbstractEventLoop], timeout: float
+    ) -> bool:
         """Write everything pending, blocking this thread; raise if the store fails.
 
         ``pick_loop`` names a loop that is not blocked by this thread. A write already
         running on this thread's own loop cannot be waited for here: it finishes in the
-        background.
+        background. Gives up after ``timeout`` seconds (a hung store, a stopped loop):
+        logs at ERROR what is not written and returns False.
         """
         current = running_loop()
+        deadline = time.monotonic() + timeout
         while True:
             with self._lock:
                 write, ours = self._next_locked(pick_loop())
-            if write is None:
-                return
-            if write.loop is current:
-                return
+            if write is None or write.loop is current:
+                return True
             try:
-                write.wait_blocking()
+                if not write.wait_blocking(max(0.0, deadline - time.monotonic())):
+                    self._log_unwritten(timeout)
+                    return False
             except BaseException:
                 if ours:
                     raise
+
+    def _log_unwritten(self, timeout: float) -> None:
+        with self._lock:
+            events, summaries = len(self._events), len(self._summaries)
+        logger.error(
+            "journal gave up after %.1f s waiting for its store: a write is still in flight; "
+            "%d more events and %d run summaries are not written",
+            timeout,
+            events,
+            summaries,
+        )

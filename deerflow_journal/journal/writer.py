@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Coroutine, Mapping
@@ -22,6 +23,8 @@ from deerflow_journal.journal.state import RunState
 from deerflow_journal.stores.base import RunEventStore
 
 __all__ = ["JournalWriter"]
+
+logger = logging.getLogger(__name__)
 
 
 class JournalWriter:
@@ -37,6 +40,10 @@ class JournalWriter:
         flush_threshold: Pending events that start a background write.
         progress: Throttled progress reporting, if any.
     """
+
+    #: Seconds each blocking wait (``close()``, the end of a plain ``invoke``) waits for the
+    #: store before it logs at ERROR what is not written and returns.
+    wait_timeout: float = 30.0
 
     def __init__(
         self,
@@ -114,7 +121,7 @@ class JournalWriter:
         if not state.sync:
             self.buffer.drain(loop)
             return
-        self.buffer.flush_blocking(self.blocking_loop)
+        self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout)
         if trailing is not None:
             trailing.result()
 
@@ -159,9 +166,14 @@ class JournalWriter:
         """``aclose()`` for code that may block (with no loop, or beside a running one)."""
         with self._lock:
             pending = list(self._pending)
-        concurrent.futures.wait(pending)
-        self.buffer.flush_blocking(self.blocking_loop)
+        concurrent.futures.wait(pending, self.wait_timeout)
+        if not self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout):
+            return
         if running_loop() is None:
-            concurrent.futures.wait(self._still_running())
+            concurrent.futures.wait(self._still_running(), self.wait_timeout)
         if self.owns_store:
-            asyncio.run_coroutine_threadsafe(self.store.close(), background_loop()).result()
+            closing = asyncio.run_coroutine_threadsafe(self.store.close(), background_loop())
+            if not concurrent.futures.wait([closing], self.wait_timeout).done:
+                logger.error("journal gave up after %.1f s closing its store", self.wait_timeout)
+                return
+            closing.result()

@@ -15,6 +15,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, open_store
+from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import PendingEvent
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
@@ -298,6 +299,40 @@ async def test_a_store_that_is_down_is_retried_once_per_threshold_not_per_event(
     journal.on_chain_end({}, run_id=root)
     await journal.flush()
     assert len(await run_events(journal)) == 302
+
+
+class HungStore(MemoryRunEventStore):
+    """A memory store whose writes make no progress while ``hung`` is set."""
+
+    hung = True
+
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        while self.hung:
+            await asyncio.sleep(0.01)
+        await super()._append_with_summaries(events, summaries)
+
+
+def test_close_gives_up_on_a_hung_store_and_logs_what_is_not_written(monkeypatch, caplog):
+    monkeypatch.setattr(JournalWriter, "wait_timeout", 0.1)
+    store = HungStore()
+    journal = RunJournal(event_store=store)
+    root = direct_run(journal, 3)
+    closer = threading.Thread(target=journal.close, daemon=True)
+    closer.start()
+    closer.join(120)  # a hang guard, not a time limit on close()
+    assert not closer.is_alive()
+    assert any("a write is still in flight" in r.getMessage() for r in caplog.records)
+    tool_result(journal, root, 3)
+    closer = threading.Thread(target=journal.close, daemon=True)
+    closer.start()
+    closer.join(120)
+    assert "1 more events" in caplog.records[-1].getMessage()
+    store.hung = False
+    journal.on_chain_end({}, run_id=root)
+    journal.close()
+    assert len(asyncio.run(run_events(journal))) == 5
 
 
 def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
