@@ -3,16 +3,18 @@
 It owns the ``EventBuffer``, picks the event loop each write runs on, ends runs (a background
 drain under ``ainvoke``, a blocking flush under a plain ``invoke``), tracks work still running
 (progress snapshots, runs waiting for their workspace diff) and closes a store the journal
-opened itself.
+opened itself, at the latest when the program exits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -26,6 +28,18 @@ __all__ = ["JournalWriter"]
 
 logger = logging.getLogger(__name__)
 
+_OWNING: weakref.WeakSet[JournalWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Write out what journals that opened their own store still hold when the program ends."""
+    for writer in list(_OWNING):
+        try:
+            writer.close()
+        except Exception:
+            logger.exception("journal could not write its buffered events at exit")
+
 
 class JournalWriter:
     """Writes one journal's events, one background batch at a time.
@@ -36,7 +50,8 @@ class JournalWriter:
 
     Args:
         store: Where events go.
-        owns_store: Whether the journal opened ``store`` (and must close it).
+        owns_store: Whether the journal opened ``store`` (and must close it, at the latest
+            when the program exits: what it still buffers is written out then).
         flush_threshold: Pending events that start a background write.
         progress: Throttled progress reporting, if any.
     """
@@ -60,6 +75,8 @@ class JournalWriter:
         self.home_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._pending: set[concurrent.futures.Future[Any]] = set()
+        if owns_store:
+            _OWNING.add(self)
 
     @property
     def store(self) -> RunEventStore:

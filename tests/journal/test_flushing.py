@@ -498,3 +498,52 @@ def test_invoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path)
     types, summary = asyncio.run(read())
     assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     assert summary is not None and summary.status == "success"
+
+
+OWNED_STORE_AINVOKE = """
+import asyncio, time
+from langchain_core.messages import HumanMessage
+from deerflow_journal import RunJournal, SqliteRunEventStore
+from tests.journal.agents import agent_graph, ai, scripted
+
+write = SqliteRunEventStore._append_with_summaries
+
+
+async def slow_write(self, events, summaries):
+    await asyncio.sleep(0.2)  # a slow disk: the program ends before the write does
+    await write(self, events, summaries)
+
+
+SqliteRunEventStore._append_with_summaries = slow_write
+journal = RunJournal(thread_id="owned")  # opens the default SQLite store itself
+
+
+async def main():
+    graph = agent_graph(scripted(ai("ok")))
+    await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+
+
+asyncio.run(main())  # no flush() or aclose()
+print(journal.run_id)
+"""
+
+
+def test_ainvoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DEERFLOW_JOURNAL_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", OWNED_STORE_AINVOKE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    run_id = done.stdout.strip()
+
+    async def read() -> list[str]:
+        async with open_store(f"sqlite:///{tmp_path / '.deer-flow' / 'journal.db'}") as store:
+            return [e["event_type"] for e in await store.list_events("owned", run_id)]
+
+    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
