@@ -291,7 +291,7 @@ class RunJournal(GraphCallbackHandler):
             for key, value in list(self._runs.items()):
                 if value is state:
                     self._runs.pop(key, None)
-        loop = self._writer.write_loop(state.sync)
+        loop = self._writer.caller_loop(state.sync)
         workspace, snapshot = self._workspace, state.workspace_before
         if workspace is None or snapshot is None:
             self._close_run(state, terminal, None, loop)
@@ -671,7 +671,7 @@ class RunJournal(GraphCallbackHandler):
                 self._queue_summary(state)
             last = not self._runs
         if counted and state.ended:
-            self._writer.run_ended(state, self._writer.write_loop(state.sync), last)
+            self._writer.run_ended(state, self._writer.caller_loop(state.sync), last)
         elif counted:
             self._writer.changed(state)
         return counted

@@ -93,13 +93,18 @@ class JournalWriter:
                 return home
         return background_loop()
 
-    def write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
-        """The loop a run's background work goes to (``sync``: the run is a plain ``invoke``)."""
-        if not self.owns_store and not sync:
-            loop = running_loop()
-            if loop is not None:
+    def caller_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
+        """The loop running the graph under ``ainvoke`` (``sync``: a plain ``invoke``), else
+        ``blocking_loop()``: progress snapshots go there, and writes to a store passed in."""
+        if not sync:
+            loop = running_loop() or self.home_loop  # a sync node's thread: the run's loop
+            if loop is not None and loop.is_running():
                 return loop
         return self.blocking_loop()
+
+    def write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
+        """The loop a run's background writes go to (``sync``: the run is a plain ``invoke``)."""
+        return background_loop() if self.owns_store else self.caller_loop(sync)
 
     # -- memory only (called under the journal's lock) -----------------------------------
 
@@ -122,21 +127,22 @@ class JournalWriter:
     def changed(self, state: RunState) -> None:
         """Tell the progress reporter that the run's completion data changed."""
         if self.progress is not None:
-            self.progress.changed(self.write_loop(state.sync))
+            self.progress.changed(self.caller_loop(state.sync))
 
     # -- ending runs -------------------------------------------------------------------------
 
     def run_ended(self, state: RunState, loop: asyncio.AbstractEventLoop, last: bool) -> None:
         """Write out a run that reached its terminal outcome (``last``: no other run is open).
 
-        Under ``ainvoke`` the writes drain in the background on ``loop``; under a plain
-        ``invoke`` this blocks until the run is stored, so the caller needs no extra call.
+        ``loop`` is the run's ``caller_loop()``. Under ``ainvoke`` the writes drain in the
+        background; under a plain ``invoke`` this blocks until the run is stored, so the caller
+        needs no extra call.
         """
         if last and self.owns_store:
             self.buffer.close_store_when_empty()
         trailing = None if self.progress is None else self.progress.finish(loop)
         if not state.sync:
-            self.buffer.drain(loop)
+            self.buffer.drain(background_loop() if self.owns_store else loop)
             return
         self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout)
         if trailing is not None:

@@ -758,6 +758,24 @@ async def test_progress_without_throttling_sends_every_change():
     assert [s["message_count"] for s in snapshots] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("owned", [False, True], ids=["store passed in", "own store"])
+async def test_progress_snapshots_run_on_the_loop_running_the_graph(monkeypatch, owned):
+    monkeypatch.setenv("DEERFLOW_JOURNAL_URL", "memory://")
+    caller = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # bound to the caller's loop
+    on_caller: list[bool] = []
+
+    async def report(snapshot: dict[str, Any]) -> None:
+        on_caller.append(asyncio.get_running_loop() is caller)
+        queue.put_nowait(snapshot)
+
+    store = None if owned else MemoryRunEventStore()
+    journal = RunJournal(event_store=store, progress_reporter=report, progress_flush_interval=0)
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    await journal.aclose()
+    assert on_caller == [True] * 4 and queue.qsize() == 4
+
+
 async def test_a_held_snapshot_is_sent_when_the_interval_ends():
     snapshots: list[dict[str, Any]] = []
 
