@@ -8,7 +8,8 @@ the counter with every row and refuses a row whose seq does not follow it, so se
 gap-free and never reused (deletes leave the counter alone). Triggers also keep per-thread,
 per-user message counts, so ``count_messages`` does not grow with the thread. One statement is
 one round trip to aiosqlite's worker thread; only batches too large for one statement, deletes
-and setup use an explicit transaction.
+and setup use an explicit transaction (a journal's write, events and run summaries, is one
+transaction in one round trip).
 """
 
 from __future__ import annotations
@@ -64,12 +65,13 @@ _APPEND_ONE_SQL = (
     "coalesce((SELECT last_seq FROM run_thread_seq WHERE thread_id = ?1), 0) + 1, "
     f"{', '.join(f'?{i}' for i in range(1, _PARAMS_PER_EVENT + 1))}) RETURNING thread_id, seq"
 )
-# Another user's summary is left alone: the statement then returns no row.
-_UPSERT_SUMMARY = (
+# Another user's summary is left alone: the statement then changes (and returns) no row.
+_UPSERT_SUMMARY_QUIETLY = (
     "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
-    "WHERE run_summaries.user_id IS excluded.user_id RETURNING id"
+    "WHERE run_summaries.user_id IS excluded.user_id"
 )
+_UPSERT_SUMMARY = f"{_UPSERT_SUMMARY_QUIETLY} RETURNING id"
 _FIRST_OF_TYPE_SQL = (
     f"SELECT {_COLUMNS} FROM run_events WHERE thread_id = ? AND run_id = ? AND event_type = ? "
     "AND user_id IS ? ORDER BY seq LIMIT 1"
@@ -223,13 +225,11 @@ class SqliteRunEventStore(RunEventStore):
     async def _append_with_summaries(
         self, events: list[PendingEvent], summaries: list[dict[str, Any]]
     ) -> None:
-        async with self._transaction() as db:
-            for start in range(0, len(events), ROWS_PER_STATEMENT):
-                chunk = events[start : start + ROWS_PER_STATEMENT]
-                await db.execute_fetchall(_append_sql(len(chunk)), _batch_params(chunk))
-            for summary in summaries:
-                if not await db.execute_fetchall(_UPSERT_SUMMARY, _summary_params(summary)):
-                    raise other_users_summary_error(summary)
+        db = self._conn
+        # aiosqlite runs one function per round trip to its worker thread: the whole
+        # transaction goes as one function, not as one round trip per statement.
+        async with self._transaction_lock:
+            await db._execute(_write_journal_batch, db._conn, events, summaries)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         while True:
@@ -407,12 +407,32 @@ def _daemon_connection(path: str) -> aiosqlite.Connection:
     return built[0]
 
 
+def _write_journal_batch(
+    conn: sqlite3.Connection, events: list[PendingEvent], summaries: list[dict[str, Any]]
+) -> None:
+    """Append ``events`` and upsert ``summaries`` in one transaction (in aiosqlite's thread)."""
+    if conn.in_transaction:
+        conn.commit()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for start in range(0, len(events), ROWS_PER_STATEMENT):
+            chunk = events[start : start + ROWS_PER_STATEMENT]
+            conn.execute(_append_sql(len(chunk), returning=False), _batch_params(chunk))
+        for summary in summaries:
+            if conn.execute(_UPSERT_SUMMARY_QUIETLY, _summary_params(summary)).rowcount != 1:
+                raise other_users_summary_error(summary)
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+
+
 # -- statements ----------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=256)
-def _append_sql(rows: int, *, if_absent: bool = False) -> str:
-    """The one statement that numbers and inserts ``rows`` events, returning their seq.
+def _append_sql(rows: int, *, if_absent: bool = False, returning: bool = True) -> str:
+    """The one statement that numbers and inserts ``rows`` events (returning their seq).
 
     ``base`` reads each thread's counter once, before any row is inserted (the trigger moves
     the counter as rows go in); ``row_number()`` then numbers each thread's rows in input order.
@@ -437,7 +457,7 @@ def _append_sql(rows: int, *, if_absent: bool = False) -> str:
         "b.thread_id, b.run_id, b.event_type, b.category, b.content, b.metadata, "
         "b.created_at, b.user_id, b.task_id, b.caller "
         f"FROM batch AS b JOIN base ON base.thread_id = b.thread_id {absent}"
-        "ORDER BY b.i RETURNING thread_id, seq"
+        "ORDER BY b.i" + (" RETURNING thread_id, seq" if returning else "")
     )
 
 

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
-from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, open_store
+from deerflow_journal import (
+    MemoryRunEventStore,
+    RunEvent,
+    RunJournal,
+    RunSummary,
+    open_store,
+    user_scope,
+)
 from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import PendingEvent
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
@@ -231,6 +238,18 @@ async def test_flush_raises_when_the_store_fails_and_keeps_the_events():
         "llm.ai.response",
         "run.end",
     ]
+
+
+async def test_a_refused_run_summary_writes_nothing_of_its_batch(store):
+    await store.put_run_summary(RunSummary(thread_id="shared", run_id="r1", user_id="alice"))
+    journal = RunJournal(run_id="r1", thread_id="shared", event_store=store)
+    with user_scope("bob"):
+        await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    with pytest.raises(PermissionError):
+        await journal.flush()
+    assert await store.list_events("shared", "r1", user_id=None) == []
+    summary = await store.get_run_summary("shared", "r1", user_id=None)
+    assert summary is not None and summary.user_id == "alice"
 
 
 class StuckStore(MemoryRunEventStore):
