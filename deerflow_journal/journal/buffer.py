@@ -4,9 +4,10 @@ Callbacks only append to memory: events whose content may still hold LangChain m
 whose ``created_at`` is a ``time.time()`` float. A write takes everything pending when it
 starts, turns it into plain values and sends it with the pending run summaries in one store
 write, all or nothing; if the store fails, all of it goes back to the front of the buffer, so
-nothing is lost, duplicated or reordered. A write is never abandoned half way: cancelling a
-write waits for the store's outcome first. Writes run on an event loop chosen by the caller,
-as tracked tasks or futures, never more than one at a time.
+nothing is lost, duplicated or reordered. An event that can never be stored (its conversion or
+normalisation raises ``ValueError``/``TypeError``) is dropped alone, logged at ERROR. A write
+is never abandoned half way: cancelling a write waits for the store's outcome first. Writes
+run on an event loop chosen by the caller, as tracked tasks or futures, one at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +24,7 @@ from typing import Any
 
 from deerflow_journal.journal.loops import running_loop
 from deerflow_journal.journal.mapping import plain
+from deerflow_journal.records import normalise_event
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.summary import RunSummary
 
@@ -87,12 +90,18 @@ class _Write:
                 asyncio.run_coroutine_threadsafe(_outcome(self.future), self.loop)
             )
 
-    def wait_blocking(self) -> None:
-        """Wait for the job from a thread not running its loop; raise what it raised."""
-        if isinstance(self.future, concurrent.futures.Future):
-            self.future.result()
-        else:
-            asyncio.run_coroutine_threadsafe(_outcome(self.future), self.loop).result()
+    def wait_blocking(self, timeout: float) -> bool:
+        """Wait for the job from a thread not running its loop; raise what it raised.
+
+        Returns False if the job did not finish within ``timeout`` seconds.
+        """
+        future = self.future
+        if not isinstance(future, concurrent.futures.Future):
+            future = asyncio.run_coroutine_threadsafe(_outcome(future), self.loop)
+        if not concurrent.futures.wait([future], timeout).done:
+            return False
+        future.result()
+        return True
 
 
 class EventBuffer:
@@ -110,16 +119,21 @@ class EventBuffer:
         self._events: list[dict[str, Any]] = []
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
+        self._kick_at = threshold  # after a failed write: the next multiple of the threshold
         self._drain = False
         self._close_when_empty = False
 
     # -- memory only -----------------------------------------------------------------------
 
     def add(self, event: dict[str, Any]) -> bool:
-        """Append an event; True when a write should start (threshold reached, none running)."""
+        """Append an event; True when a write should start (threshold reached, none running).
+
+        After a failed write the next one waits for the next multiple of the threshold (or a
+        drain or flush), so a store that is down is not sent the whole buffer on every event.
+        """
         with self._lock:
             self._events.append(event)
-            return len(self._events) >= self.threshold and self._write is None
+            return len(self._events) >= self._kick_at and self._write is None
 
     def put_summary(self, key: tuple[str, str], build: SummaryBuilder) -> None:
         """Queue the summary of run ``key`` (thread id, run id), built when it is written."""
@@ -175,8 +189,15 @@ class EventBuffer:
             close_after = self._close_when_empty
             self._close_when_empty = False
             self._drain = False  # this write takes everything a drain asked for
+        error, cancelled = None, False
+        while events or summaries:
+            error, stopped = await _to_the_end(self._send(events, summaries))
+            cancelled = cancelled or stopped
+            valid = events if error is None else self._storable(events, error)
+            if len(valid) == len(events):
+                break
+            events = valid
         if events or summaries:
-            error, cancelled = await _to_the_end(self._send(events, summaries))
             if error is not None:
                 self._requeue(events, summaries, close_after)
                 raise error
@@ -195,6 +216,27 @@ class EventBuffer:
         batch = [_plain_event(event, dumps) for event in events]
         await self.store._put_journal_batch(batch, [build() for _, build in summaries])
 
+    def _storable(self, events: list[dict[str, Any]], error: BaseException) -> list[dict[str, Any]]:
+        """The events of a batch that failed with ``error``, less those that never can be stored."""
+        if not isinstance(error, ValueError | TypeError):
+            return events
+        kept = []
+        for event in events:
+            try:
+                normalise_event(
+                    _plain_event(event, {}), max_trace_content=self.store.max_trace_content
+                )
+            except (ValueError, TypeError) as exc:
+                logger.error(
+                    "journal dropped a %s event of run %s it can never store: %s",
+                    event.get("event_type"),
+                    event.get("run_id"),
+                    exc,
+                )
+            else:
+                kept.append(event)
+        return kept
+
     def _requeue(
         self,
         events: list[dict[str, Any]],
@@ -210,13 +252,17 @@ class EventBuffer:
 
     def _finished(self, write: _Write, future: Any) -> None:
         error = None if future.cancelled() else future.exception()
-        if future.cancelled() or error is not None:
+        if future.cancelled():
+            logger.warning("journal write cancelled; its events stay buffered")
+        elif error is not None:
             logger.warning("journal write failed; its events stay buffered: %r", error)
         with self._lock:
             if self._write is write:
                 self._write = None
             if future.cancelled() or error is not None:
+                self._kick_at = (len(self._events) // self.threshold + 1) * self.threshold
                 return
+            self._kick_at = self.threshold
             if self._drain or len(self._events) >= self.threshold:
                 self._start_locked(write.loop)
 
@@ -244,23 +290,38 @@ class EventBuffer:
                 if ours or (task is not None and task.cancelling()):
                     raise  # our own write failed, or this flush is being cancelled
 
-    def flush_blocking(self, pick_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+    def flush_blocking(
+        self, pick_loop: Callable[[], asyncio.AbstractEventLoop], timeout: float
+    ) -> bool:
         """Write everything pending, blocking this thread; raise if the store fails.
 
         ``pick_loop`` names a loop that is not blocked by this thread. A write already
         running on this thread's own loop cannot be waited for here: it finishes in the
-        background.
+        background. Gives up after ``timeout`` seconds (a hung store, a stopped loop):
+        logs at ERROR what is not written and returns False.
         """
         current = running_loop()
+        deadline = time.monotonic() + timeout
         while True:
             with self._lock:
                 write, ours = self._next_locked(pick_loop())
-            if write is None:
-                return
-            if write.loop is current:
-                return
+            if write is None or write.loop is current:
+                return True
             try:
-                write.wait_blocking()
+                if not write.wait_blocking(max(0.0, deadline - time.monotonic())):
+                    self._log_unwritten(timeout)
+                    return False
             except BaseException:
                 if ours:
                     raise
+
+    def _log_unwritten(self, timeout: float) -> None:
+        with self._lock:
+            events, summaries = len(self._events), len(self._summaries)
+        logger.error(
+            "journal gave up after %.1f s waiting for its store: a write is still in flight; "
+            "%d more events and %d run summaries are not written",
+            timeout,
+            events,
+            summaries,
+        )

@@ -7,25 +7,31 @@ becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``writer`` 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
 from deerflow_journal.journal import mapping
-from deerflow_journal.journal.loops import dispatched_synchronously, running_loop
+from deerflow_journal.journal.loops import (
+    dispatched_synchronously,
+    looked_up_by_async_dispatcher,
+    running_loop,
+)
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
 from deerflow_journal.journal.state import RunState, ToolStart
 from deerflow_journal.journal.usage import token_counts
-from deerflow_journal.journal.workspace import WorkspaceTracker
+from deerflow_journal.journal.workspace import Snapshot, WorkspaceTracker
 from deerflow_journal.journal.writer import JournalWriter
-from deerflow_journal.records import current_user_id
+from deerflow_journal.records import check_text, current_user_id
 from deerflow_journal.stores import RunEventStore, open_store
 from deerflow_journal.subagent import subagent_run_event
 from deerflow_journal.summary import RunSummary
@@ -33,9 +39,23 @@ from deerflow_journal.workspace import WorkspaceChangeLimits, WorkspaceRoot
 
 __all__ = ["RunJournal"]
 
+logger = logging.getLogger(__name__)
+
 
 def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
+
+
+def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
+    """The LangGraph config's ``thread_id``, or ``None`` if absent or not a storable id."""
+    found = (metadata or {}).get("thread_id")
+    if found is None or found == "":
+        return None
+    try:
+        return check_text(str(found), "thread_id")
+    except ValueError as exc:
+        logger.warning("ignoring the config's thread_id (%s); using the run id", exc)
+        return None
 
 
 class RunJournal(GraphCallbackHandler):
@@ -47,9 +67,10 @@ class RunJournal(GraphCallbackHandler):
 
     Args:
         run_id: Run id to write under; ``None`` uses each root invocation's LangChain run id,
-            which makes the journal reusable across invocations.
+            which makes the journal reusable across invocations. Fixed ids must follow the
+            store's id rules (``ValueError`` otherwise).
         thread_id: Thread id; ``None`` takes LangGraph's ``thread_id`` from the callback
-            metadata, else the run id.
+            metadata, else (also when that one is no valid id, with a warning) the run id.
         event_store: Where events go. ``None`` opens ``open_store()`` (the default URL); the
             journal then owns that store, runs it on its background loop and closes it when a
             run ends and on ``aclose()``/``close()``. A store passed in belongs to the caller
@@ -91,8 +112,8 @@ class RunJournal(GraphCallbackHandler):
         if progress_flush_interval < 0:
             raise ValueError("progress_flush_interval must not be negative")
         for name, value in (("run_id", run_id), ("thread_id", thread_id)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise TypeError(f"{name} must be a non-empty string or None, got {value!r}")
+            if value is not None:
+                check_text(value, name)
         self._run_id = run_id
         self._thread_id = thread_id
         self.track_token_usage = track_token_usage
@@ -158,10 +179,20 @@ class RunJournal(GraphCallbackHandler):
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
         return None if parent_run_id is None else self._runs.get(parent_run_id)
 
-    def _recorder_state(self) -> RunState:
-        latest = self._latest
-        if latest is not None and not latest.ended:
-            return latest
+    def _caller_run(self) -> RunState | None:
+        """The run whose runnable called us (LangChain's config context names its run)."""
+        config = var_child_runnable_config.get()
+        callbacks = None if config is None else config.get("callbacks")
+        return self._parent_run(getattr(callbacks, "parent_run_id", None))
+
+    def _recorder_state(self, *, ended: bool = False) -> RunState:
+        """The run a recorder acts on: the caller's, else the latest, else the next one.
+
+        ``ended``: a run that already ended still counts (usage reported after it ended).
+        """
+        state = self._caller_run() or self._latest
+        if state is not None and (ended or not state.ended):
+            return state
         if self._next is None:
             self._next = RunState()
         return self._next
@@ -200,12 +231,11 @@ class RunJournal(GraphCallbackHandler):
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()
-        found = (metadata or {}).get("thread_id")
         with self._lock:
             state = self._next or RunState()
             self._next = None
             run_id = self._run_id or str(root)
-            thread_id = self._thread_id or (str(found) if found else run_id)
+            thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.workspace_before = snapshot
             self._runs[root] = self._latest = state
@@ -229,10 +259,7 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause)."""
-        if parent_run_id is not None:
-            self._runs.pop(run_id, None)
-            return
-        self._end_run(run_id, outputs, None)
+        self._chain_ended(run_id, parent_run_id, outputs, None)
 
     def on_chain_error(
         self,
@@ -243,10 +270,16 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """End the run at its root chain with ``run.error``; nested errors add nothing."""
-        if parent_run_id is not None:
+        self._chain_ended(run_id, parent_run_id, None, error)
+
+    def _chain_ended(
+        self, run_id: UUID, parent_run_id: UUID | None, outputs: Any, error: BaseException | None
+    ) -> None:
+        """Forget a nested chain (no lock: one atomic pop); end the run at its root chain."""
+        if parent_run_id is None:
+            self._end_run(run_id, outputs, error)
+        else:
             self._runs.pop(run_id, None)
-            return
-        self._end_run(run_id, None, error)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
@@ -258,7 +291,7 @@ class RunJournal(GraphCallbackHandler):
             for key, value in list(self._runs.items()):
                 if value is state:
                     self._runs.pop(key, None)
-        loop = self._writer.write_loop(state.sync)
+        loop = self._writer.caller_loop(state.sync)
         workspace, snapshot = self._workspace, state.workspace_before
         if workspace is None or snapshot is None:
             self._close_run(state, terminal, None, loop)
@@ -278,17 +311,44 @@ class RunJournal(GraphCallbackHandler):
         workspace_event: dict[str, Any] | None,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
-        """Write a run's closing events and summary: workspace, unresolved calls, terminal."""
+        """Write a run's closing events and summary: held tool errors, workspace, unresolved
+        calls, terminal."""
         with self._lock:
+            for event in state.outcomes.settle():
+                self._emit(state, event)
             if workspace_event is not None:
                 self._emit(state, workspace_event)
-            reason = mapping.UNRESOLVED_REASONS[state.status]
-            for tool_call_id, name in state.outcomes.unresolved():
+            for tool_call_id, name, stopped_by in state.outcomes.unresolved(state.status):
+                reason = mapping.UNRESOLVED_REASONS[stopped_by]
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit(state, terminal)
             self._queue_summary(state)
             last = not self._runs
         self._writer.run_ended(state, loop, last)
+
+    # -- retrievers -----------------------------------------------------------------------------
+
+    def on_retriever_start(
+        self,
+        serialized: dict[str, Any],
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Remember a retriever as part of its run, so model calls inside it are attributed."""
+        state = self._parent_run(parent_run_id)
+        if state is not None:
+            self._runs[run_id] = state
+
+    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget a finished retriever."""
+        self._runs.pop(run_id, None)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """Forget a failed retriever."""
+        self._runs.pop(run_id, None)
 
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
@@ -308,11 +368,16 @@ class RunJournal(GraphCallbackHandler):
 
     # -- models --------------------------------------------------------------------------------
 
-    def _llm_started(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
+    def _llm_started(
+        self, run_id: UUID, parent_run_id: UUID | None, caller: str
+    ) -> RunState | None:
+        """Time a model call; the caller's held tool errors can no longer be retried."""
         state = self._parent_run(parent_run_id)
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[run_id] = (time.monotonic(), state.llm_calls)
+            for event in state.outcomes.settle(caller):
+                self._emit(state, event)
         return state
 
     def on_chat_model_start(
@@ -327,11 +392,10 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Time the call; the run's first lead-agent call records the human input."""
+        caller = mapping.caller_from_tags(tags)
         with self._lock:
-            state = self._llm_started(run_id, parent_run_id)
-            if state is None or state.human_checked:
-                return
-            if mapping.caller_from_tags(tags) != mapping.LEAD_AGENT:
+            state = self._llm_started(run_id, parent_run_id, caller)
+            if state is None or state.human_checked or caller != mapping.LEAD_AGENT:
                 return
             state.human_checked = True
             human = mapping.latest_visible_human(messages)
@@ -354,8 +418,9 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Time a completion (non-chat) model call."""
+        caller = mapping.caller_from_tags(tags)
         with self._lock:
-            self._llm_started(run_id, parent_run_id)
+            self._llm_started(run_id, parent_run_id, caller)
 
     def on_llm_end(
         self,
@@ -366,13 +431,18 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write one ``llm.ai.response`` per generated message and count its tokens once."""
+        """Write one ``llm.ai.response`` per generated message and count its tokens once.
+
+        A repeated callback writes nothing; usage already reported for this run id (as an
+        external record) is not counted again, but the response is still written.
+        """
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._parent_run(parent_run_id)
-            if state is None or not state.usage.claim(run_id):
+            if state is None or run_id in state.answered:
                 return
+            state.answered.add(run_id)
             start = state.llm_starts.pop(run_id, None)
             if start is None:
                 state.llm_calls += 1
@@ -391,7 +461,7 @@ class RunJournal(GraphCallbackHandler):
             if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 state.usage.add_call(
-                    caller, model, [token_counts(m.usage_metadata) for m in messages]
+                    run_id, caller, model, [token_counts(m.usage_metadata) for m in messages]
                 )
         self._writer.changed(state)
 
@@ -414,29 +484,46 @@ class RunJournal(GraphCallbackHandler):
 
     # -- tools ---------------------------------------------------------------------------------
 
-    def on_tool_start(
+    @property
+    def on_tool_start(self) -> Callable[..., Any]:
+        """Time the tool, remember which call it answers, wait for the run's start snapshot.
+
+        With ``workspace_roots``, LangChain's async dispatcher is handed a coroutine function:
+        an async tool then awaits a snapshot still in progress instead of blocking the event
+        loop. Everyone else (the sync dispatcher, subclasses, direct calls) gets the plain
+        method, which blocks until the snapshot is taken.
+        """
+        if self._workspace is not None and looked_up_by_async_dispatcher():
+            return self._await_tool_start
+        return self._tool_start
+
+    def _tool_start(self, serialized: dict[str, Any] | None, input_str: str, **kwargs: Any) -> None:
+        WorkspaceTracker.wait(self._tool_started(serialized, **kwargs))
+
+    async def _await_tool_start(
+        self, serialized: dict[str, Any] | None, input_str: str, **kwargs: Any
+    ) -> None:
+        await WorkspaceTracker.wait_async(self._tool_started(serialized, **kwargs))
+
+    def _tool_started(
         self,
-        serialized: dict[str, Any],
-        input_str: str,
+        serialized: dict[str, Any] | None,
         *,
         run_id: UUID,
         parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        inputs: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> None:
-        """Time the tool and remember which tool call it answers."""
+    ) -> Snapshot | None:
+        """Book a tool start; return the run's workspace snapshot (``None``: nothing to wait)."""
         name = kwargs.get("name") or (serialized or {}).get("name")
         with self._lock:
             state = self._parent_run(parent_run_id)
             if state is None:
-                return
+                return None
             self._runs[run_id] = state
             state.tool_starts[run_id] = ToolStart(
                 time.monotonic(), kwargs.get("tool_call_id"), name
             )
-        WorkspaceTracker.wait(state.workspace_before)
+        return state.workspace_before
 
     def on_tool_end(
         self,
@@ -470,24 +557,33 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write ``tool.error``, unless the "error" is an interrupt or a cancellation."""
+        """Write ``tool.error``; an interrupt or a cancellation leaves the call unresolved.
+
+        The error of a call with an id is held until the caller's next model call or the
+        run's end, so a retry that succeeds leaves only its result.
+        """
+        caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._runs.pop(run_id, None) or self._parent_run(parent_run_id)
             if state is None:
                 return
             start = state.tool_starts.pop(run_id, None)
-            if mapping.control_flow_reason(error) is not None:
-                return
             tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
+            stopped_by = mapping.control_flow_status(error)
+            if stopped_by is not None:
+                state.outcomes.stopped(tool_call_id, stopped_by)
+                return
             event = mapping.tool_error_event(
                 tool_call_id=tool_call_id,
                 name=start.name if start else kwargs.get("name"),
                 error=error,
-                caller=mapping.caller_from_tags(tags),
+                caller=caller,
                 latency_ms=_ms_since(start.started) if start else None,
             )
-            self._emit(state, event)
-            state.outcomes.resolve(tool_call_id)
+            if tool_call_id:
+                state.outcomes.failed(tool_call_id, caller, event)
+            else:
+                self._emit(state, event)
 
     # -- subagents ----------------------------------------------------------------------------
 
@@ -531,9 +627,10 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write ``middleware:{tag}`` with content {name, hook, action, changes}.
 
-        Recorders act on the run in progress, else on the next run (right after its
-        ``run.start``). Subclasses add their own tags by calling this method; ``ValueError``
-        for a tag outside 1..21 characters.
+        Recorders act on the run whose graph calls them (with several runs in flight), else
+        on the latest run in progress, else on the next run (right after its ``run.start``).
+        Subclasses add their own tags by calling this method; ``ValueError`` for a tag
+        outside 1..21 characters.
         """
         event = mapping.middleware_event(tag, name=name, hook=hook, action=action, changes=changes)
         with self._lock:
@@ -558,15 +655,24 @@ class RunJournal(GraphCallbackHandler):
             self._recorder_state().first_human_message = text
 
     def record_external_llm_usage_records(self, records: Iterable[Mapping[str, Any]]) -> int:
-        """Add token usage of model calls made elsewhere; return how many records counted."""
+        """Add token usage of model calls made elsewhere; return how many records counted.
+
+        Records reported right after a run ended count toward that run, whose stored summary
+        is then written again.
+        """
         if isinstance(records, Mapping):
             records = [records]
         if not self.track_token_usage:
             return 0
         with self._lock:
-            state = self._recorder_state()
+            state = self._recorder_state(ended=True)
             counted = state.usage.add_external(records)
-        if counted:
+            if counted and state.ended:
+                self._queue_summary(state)
+            last = not self._runs
+        if counted and state.ended:
+            self._writer.run_ended(state, self._writer.caller_loop(state.sync), last)
+        elif counted:
             self._writer.changed(state)
         return counted
 

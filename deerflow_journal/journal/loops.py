@@ -12,8 +12,14 @@ import asyncio
 import sys
 import threading
 
-__all__ = ["background_loop", "dispatched_synchronously", "running_loop"]
+__all__ = [
+    "background_loop",
+    "dispatched_synchronously",
+    "looked_up_by_async_dispatcher",
+    "running_loop",
+]
 
+_MANAGER = "langchain_core.callbacks.manager"
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 
@@ -52,6 +58,17 @@ def dispatched_synchronously() -> bool:
         frame = frame.f_back
         if frame is None:
             break
-        if frame.f_globals.get("__name__") == "langchain_core.callbacks.manager":
+        if frame.f_globals.get("__name__") == _MANAGER:
             return frame.f_code.co_name == "handle_event"
     return running_loop() is None
+
+
+def looked_up_by_async_dispatcher() -> bool:
+    """Tell whether the attribute being read (by a property calling this) is looked up by
+    LangChain's async callback dispatcher, which awaits a coroutine function it gets.
+
+    The sync dispatcher calls what it gets and only runs a coroutine on a throwaway loop, and
+    any other caller (a subclass's ``super()`` call, a test) expects a plain method.
+    """
+    frame = sys._getframe(2)  # 0: here, 1: the property, 2: whoever read it
+    return frame.f_globals.get("__name__") == _MANAGER and frame.f_code.co_name != "handle_event"

@@ -58,7 +58,7 @@ __all__ = [
     "ai_response_event",
     "caller_from_tags",
     "chain_name",
-    "control_flow_reason",
+    "control_flow_status",
     "human_input_event",
     "interrupt_from_error",
     "latest_visible_human",
@@ -115,9 +115,12 @@ def _event(definition: RunEventDefinition, content: Any, metadata: dict[str, Any
 
 
 def caller_from_tags(tags: Sequence[str] | None) -> str:
-    """Return the first ``lead_agent``, ``subagent:{name}`` or ``middleware:{name}`` tag."""
+    """Return the last ``lead_agent``, ``subagent:{name}`` or ``middleware:{name}`` tag.
+
+    LangChain lists inherited (outer) tags first, so the last one is the innermost caller.
+    """
     if tags:
-        for tag in tags:
+        for tag in reversed(tags):
             if tag == LEAD_AGENT:
                 return tag
             if tag.startswith(_CALLER_PREFIXES) and not tag.endswith(":"):
@@ -204,13 +207,25 @@ def run_resume_event(event: GraphResumeEvent) -> EventKwargs:
     return _event(RUN_RESUME_EVENT, content, {})
 
 
-#: How a run's outcome explains the tool calls it ended without.
-UNRESOLVED_REASONS: dict[str, UnresolvedReason] = {
+#: Why a requested tool call has no outcome, by what stopped it: the run's terminal status,
+#: or the status a control-flow "error" inside the tool stands for (``control_flow_status``).
+UNRESOLVED_REASONS: dict[RunStatus, UnresolvedReason] = {
     "success": "run_ended",
     "interrupted": "interrupted",
     "cancelled": "cancelled",
     "error": "run_failed",
 }
+
+
+def control_flow_status(error: BaseException) -> RunStatus | None:
+    """The outcome a control-flow "error" stands for (``None`` when it is a real failure)."""
+    if isinstance(error, GraphInterrupt):
+        return "interrupted"
+    if isinstance(error, asyncio.CancelledError | GeneratorExit):  # or a stream closed early
+        return "cancelled"
+    if isinstance(error, GraphBubbleUp):
+        return "success"
+    return None
 
 
 def terminal_event(
@@ -220,25 +235,15 @@ def terminal_event(
 
     LangGraph reports a pause with ``on_interrupt`` and then ends the root chain normally: that
     is ``interrupted`` with ``run.interrupt`` (as is a ``GraphInterrupt`` reaching the root).
-    A cancelled task is ``cancelled``, any other error ``error``, both with ``run.error``.
+    A cancelled task or a stream closed early is ``cancelled``, any other error ``error``,
+    both with ``run.error``.
     """
     if error is None and interrupt is None:
         return "success", run_end_event(outputs)
     if error is None or isinstance(error, GraphInterrupt):
         return "interrupted", run_interrupt_event(interrupt or interrupt_from_error(error))
-    status: RunStatus = "cancelled" if isinstance(error, asyncio.CancelledError) else "error"
+    status: RunStatus = "cancelled" if control_flow_status(error) == "cancelled" else "error"
     return status, run_error_event(error)
-
-
-def control_flow_reason(error: BaseException) -> UnresolvedReason | None:
-    """Why an error is control flow rather than a failure (``None`` when it is a failure)."""
-    if isinstance(error, GraphInterrupt):
-        return "interrupted"
-    if isinstance(error, asyncio.CancelledError):
-        return "cancelled"
-    if isinstance(error, GraphBubbleUp):
-        return "run_ended"
-    return None
 
 
 # -- model calls ---------------------------------------------------------------------------
@@ -356,9 +361,8 @@ def tool_result_messages(output: Any) -> list[BaseMessage]:
     messages = _update_messages(output.update)
     if messages is None:
         return []
-    if isinstance(messages, BaseMessage):
-        return [messages]
-    return convert_to_messages(messages)
+    # Like LangGraph's add_messages: anything but a list is one message-like value.
+    return convert_to_messages(messages if isinstance(messages, list) else [messages])
 
 
 def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:

@@ -5,30 +5,63 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from deerflow_journal.summary import RunStatus
+
 __all__ = ["ToolCallOutcomes"]
 
 
 class ToolCallOutcomes:
-    """The lead agent's requested tool calls that have no result or error yet, in order."""
+    """The lead agent's requested tool calls that have no result or error yet, in order.
 
-    __slots__ = ("_pending",)
+    A tool error is held back until the call can no longer be retried (the caller's next
+    model call, or the run's end): a retry that succeeds replaces it with its result.
+    """
+
+    __slots__ = ("_failed", "_pending")
 
     def __init__(self) -> None:
-        self._pending: dict[str, str | None] = {}
+        self._pending: dict[str, tuple[str | None, RunStatus | None]] = {}
+        self._failed: dict[str, tuple[str, Mapping[str, Any]]] = {}
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
         """Start waiting for an outcome of each call (calls without an id cannot be matched)."""
         for call in tool_calls:
             call_id = call.get("id")
             if isinstance(call_id, str) and call_id:
-                self._pending[call_id] = call.get("name")
+                self._pending[call_id] = (call.get("name"), None)
 
     def resolve(self, tool_call_id: str | None) -> bool:
-        """Mark a call as ended; False if it was not pending (another run's call, say)."""
-        return tool_call_id is not None and self._pending.pop(tool_call_id, False) is not False
+        """Mark a call as ended (dropping an error a retry made good); False if not pending."""
+        if tool_call_id is None:
+            return False
+        self._failed.pop(tool_call_id, None)
+        return self._pending.pop(tool_call_id, False) is not False
 
-    def unresolved(self) -> list[tuple[str, str | None]]:
-        """Return and forget the pending calls as ``(tool_call_id, name)`` in request order."""
-        pending = list(self._pending.items())
+    def stopped(self, tool_call_id: str | None, status: RunStatus) -> None:
+        """Note that a call was stopped by control flow (``status``: what the stop stands for);
+        its last attempt decides, so an error an earlier attempt left is dropped."""
+        if tool_call_id in self._pending:
+            self._failed.pop(tool_call_id, None)
+            self._pending[tool_call_id] = (self._pending[tool_call_id][0], status)
+
+    def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:
+        """Hold the ``tool.error`` of a call made by ``caller`` (a later attempt replaces it)."""
+        self._failed[tool_call_id] = (caller, event)
+
+    def settle(self, caller: str | None = None) -> list[Mapping[str, Any]]:
+        """Return the held errors (of ``caller``, or all) and count their calls as ended."""
+        settled: list[Mapping[str, Any]] = []
+        if not self._failed:
+            return settled
+        for call_id, (held_by, event) in list(self._failed.items()):
+            if caller is None or held_by == caller:
+                self.resolve(call_id)
+                settled.append(event)
+        return settled
+
+    def unresolved(self, status: RunStatus) -> list[tuple[str, str | None, RunStatus]]:
+        """Return and forget the pending calls as ``(tool_call_id, name, stopped by)`` in
+        request order: a call's own stop, else the run's terminal ``status``."""
+        pending = [(id_, name, own or status) for id_, (name, own) in self._pending.items()]
         self._pending.clear()
         return pending

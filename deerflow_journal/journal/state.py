@@ -47,8 +47,9 @@ class RunState:
     ended_at: datetime | None = None
     duration_ms: int | None = None
     error: dict[str, str] | None = None
-    llm_calls: int = 0
+    llm_calls: int = 0  # numbers the run's model calls (``llm_call_index``)
     llm_starts: dict[UUID, tuple[float, int]] = field(default_factory=dict)
+    answered: set[UUID] = field(default_factory=set)
     tool_starts: dict[UUID, ToolStart] = field(default_factory=dict)
     human_checked: bool = False
     memory_recorded: bool = False

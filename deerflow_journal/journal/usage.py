@@ -6,6 +6,7 @@ include reasoning tokens; those details are reported beside the totals, never ad
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
@@ -22,11 +23,10 @@ TokenCounts = dict[str, int]
 
 
 def _int(value: Any) -> int:
-    if type(value) is int:
-        return value if value > 0 else 0
+    """A token figure as a non-negative int: 0 for non-numbers, bools, NaN and infinities."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
-    return max(int(value), 0)
+    return max(int(value), 0) if -math.inf < value < math.inf else 0
 
 
 def token_counts(usage: Mapping[str, Any] | None) -> TokenCounts:
@@ -40,12 +40,11 @@ def token_counts(usage: Mapping[str, Any] | None) -> TokenCounts:
         "output_tokens": output_tokens,
         "total_tokens": _int(usage.get("total_tokens")) or input_tokens + output_tokens,
     }
-    if "input_token_details" in usage or "output_token_details" in usage:
-        for bucket, section, key in _DETAILS:
-            details = usage.get(section)
-            value = _int(details.get(key)) if isinstance(details, Mapping) else 0
-            if value:
-                counts[bucket] = value
+    for bucket, section, key in _DETAILS:
+        details = usage.get(section)
+        value = _int(details.get(key)) if isinstance(details, Mapping) else 0
+        if value:
+            counts[bucket] = value
     return counts
 
 
@@ -60,15 +59,15 @@ def _source_key(source: Any) -> Hashable:
 class TokenUsage:
     """Accumulates the token usage of one run.
 
-    ``claim(source_id)`` makes each LangChain run id (or external ``source_run_id``) count
-    once, however often its callback repeats.
+    Each model call counts once, under its LangChain run id (or an external record's
+    ``source_run_id``), however often its callback repeats; ``llm_call_count`` is the number
+    of calls counted.
     """
 
     __slots__ = (
-        "_seen",
+        "_counted",
         "by_model",
         "lead_agent_tokens",
-        "llm_call_count",
         "middleware_tokens",
         "subagent_tokens",
         "total_input_tokens",
@@ -77,28 +76,30 @@ class TokenUsage:
     )
 
     def __init__(self) -> None:
-        self._seen: set[Hashable] = set()
+        self._counted: set[Hashable] = set()
         self.total_input_tokens = 0
         self.total_output_tokens = 0
         self.total_tokens = 0
-        self.llm_call_count = 0
         self.lead_agent_tokens = 0
         self.subagent_tokens = 0
         self.middleware_tokens = 0
         self.by_model: dict[str, TokenCounts] = {}
 
-    def claim(self, source_id: Hashable) -> bool:
-        """Return True the first time ``source_id`` is seen, False on every repeat."""
-        if source_id in self._seen:
-            return False
-        self._seen.add(source_id)
-        return True
+    @property
+    def llm_call_count(self) -> int:
+        """How many model calls were counted."""
+        return len(self._counted)
 
-    def add_call(self, caller: str, model: str, counts: Iterable[TokenCounts]) -> None:
-        """Count one model call whose generations used ``counts``."""
-        self.llm_call_count += 1
+    def add_call(
+        self, source_id: Hashable, caller: str, model: str, counts: Iterable[TokenCounts]
+    ) -> bool:
+        """Count the call ``source_id`` whose generations used ``counts``; False on a repeat."""
+        if source_id in self._counted:
+            return False
+        self._counted.add(source_id)
         for one in counts:
             self._add(caller, model, one)
+        return True
 
     def _add(self, caller: str, model: str, counts: TokenCounts) -> None:
         total = counts["total_tokens"]
@@ -136,16 +137,16 @@ class TokenUsage:
             cache_read = _int(record.get("cache_read_tokens"))
             if cache_read:
                 counts["cache_read_tokens"] = cache_read
-            if not counts["total_tokens"] or not self.claim(_source_key(source)):
+            if not counts["total_tokens"]:
                 continue
             caller = record.get("caller")
             model = record.get("model_name")
-            self.add_call(
+            counted += self.add_call(
+                _source_key(source),
                 caller if isinstance(caller, str) and caller else "lead_agent",
                 model if isinstance(model, str) and model else "unknown",
                 [counts],
             )
-            counted += 1
         return counted
 
     def completion_data(self) -> dict[str, Any]:

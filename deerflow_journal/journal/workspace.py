@@ -1,8 +1,8 @@
 """Workspace changes of a run: a snapshot at run start, a diff at run end, off every event loop.
 
 Both scans run on the journal's background loop (in its worker threads), so a callback running
-on the caller's loop never scans. ``wait`` lets the first tool of a run wait for a snapshot
-still in progress, so no tool changes a file before the snapshot saw it.
+on the caller's loop never scans. ``wait`` and ``wait_async`` let the first tool of a run wait
+for a snapshot still in progress, so no tool changes a file before the snapshot saw it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from deerflow_journal.workspace import (
     workspace_changes_event,
 )
 
-__all__ = ["WorkspaceTracker"]
+__all__ = ["Snapshot", "WorkspaceTracker"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,12 @@ class WorkspaceTracker:
         """Block until ``snapshot`` is taken (it usually already is)."""
         if snapshot is not None and not snapshot.done():
             concurrent.futures.wait([snapshot])
+
+    @staticmethod
+    async def wait_async(snapshot: Snapshot | None) -> None:
+        """Wait, without blocking the event loop, until ``snapshot`` is taken."""
+        if snapshot is not None and not snapshot.done():
+            await asyncio.wait([asyncio.wrap_future(snapshot)])
 
     async def changes(self, snapshot: Snapshot) -> dict[str, Any] | None:
         """Return the run's ``workspace_changes`` event kwargs, or ``None`` (also on failure)."""

@@ -3,15 +3,18 @@
 It owns the ``EventBuffer``, picks the event loop each write runs on, ends runs (a background
 drain under ``ainvoke``, a blocking flush under a plain ``invoke``), tracks work still running
 (progress snapshots, runs waiting for their workspace diff) and closes a store the journal
-opened itself.
+opened itself, at the latest when the program exits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import logging
 import threading
 import time
+import weakref
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
@@ -23,6 +26,20 @@ from deerflow_journal.stores.base import RunEventStore
 
 __all__ = ["JournalWriter"]
 
+logger = logging.getLogger(__name__)
+
+_OWNING: weakref.WeakSet[JournalWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Write out what journals that opened their own store still hold when the program ends."""
+    for writer in list(_OWNING):
+        try:
+            writer.close()
+        except Exception:
+            logger.exception("journal could not write its buffered events at exit")
+
 
 class JournalWriter:
     """Writes one journal's events, one background batch at a time.
@@ -33,10 +50,15 @@ class JournalWriter:
 
     Args:
         store: Where events go.
-        owns_store: Whether the journal opened ``store`` (and must close it).
+        owns_store: Whether the journal opened ``store`` (and must close it, at the latest
+            when the program exits: what it still buffers is written out then).
         flush_threshold: Pending events that start a background write.
         progress: Throttled progress reporting, if any.
     """
+
+    #: Seconds each blocking wait (``close()``, the end of a plain ``invoke``) waits for the
+    #: store before it logs at ERROR what is not written and returns.
+    wait_timeout: float = 30.0
 
     def __init__(
         self,
@@ -53,6 +75,8 @@ class JournalWriter:
         self.home_loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
         self._pending: set[concurrent.futures.Future[Any]] = set()
+        if owns_store:
+            _OWNING.add(self)
 
     @property
     def store(self) -> RunEventStore:
@@ -69,13 +93,18 @@ class JournalWriter:
                 return home
         return background_loop()
 
-    def write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
-        """The loop a run's background work goes to (``sync``: the run is a plain ``invoke``)."""
-        if not self.owns_store and not sync:
-            loop = running_loop()
-            if loop is not None:
+    def caller_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
+        """The loop running the graph under ``ainvoke`` (``sync``: a plain ``invoke``), else
+        ``blocking_loop()``: progress snapshots go there, and writes to a store passed in."""
+        if not sync:
+            loop = running_loop() or self.home_loop  # a sync node's thread: the run's loop
+            if loop is not None and loop.is_running():
                 return loop
         return self.blocking_loop()
+
+    def write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
+        """The loop a run's background writes go to (``sync``: the run is a plain ``invoke``)."""
+        return background_loop() if self.owns_store else self.caller_loop(sync)
 
     # -- memory only (called under the journal's lock) -----------------------------------
 
@@ -98,23 +127,24 @@ class JournalWriter:
     def changed(self, state: RunState) -> None:
         """Tell the progress reporter that the run's completion data changed."""
         if self.progress is not None:
-            self.progress.changed(self.write_loop(state.sync))
+            self.progress.changed(self.caller_loop(state.sync))
 
     # -- ending runs -------------------------------------------------------------------------
 
     def run_ended(self, state: RunState, loop: asyncio.AbstractEventLoop, last: bool) -> None:
         """Write out a run that reached its terminal outcome (``last``: no other run is open).
 
-        Under ``ainvoke`` the writes drain in the background on ``loop``; under a plain
-        ``invoke`` this blocks until the run is stored, so the caller needs no extra call.
+        ``loop`` is the run's ``caller_loop()``. Under ``ainvoke`` the writes drain in the
+        background; under a plain ``invoke`` this blocks until the run is stored, so the caller
+        needs no extra call.
         """
         if last and self.owns_store:
             self.buffer.close_store_when_empty()
         trailing = None if self.progress is None else self.progress.finish(loop)
         if not state.sync:
-            self.buffer.drain(loop)
+            self.buffer.drain(background_loop() if self.owns_store else loop)
             return
-        self.buffer.flush_blocking(self.blocking_loop)
+        self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout)
         if trailing is not None:
             trailing.result()
 
@@ -159,9 +189,14 @@ class JournalWriter:
         """``aclose()`` for code that may block (with no loop, or beside a running one)."""
         with self._lock:
             pending = list(self._pending)
-        concurrent.futures.wait(pending)
-        self.buffer.flush_blocking(self.blocking_loop)
+        concurrent.futures.wait(pending, self.wait_timeout)
+        if not self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout):
+            return
         if running_loop() is None:
-            concurrent.futures.wait(self._still_running())
+            concurrent.futures.wait(self._still_running(), self.wait_timeout)
         if self.owns_store:
-            asyncio.run_coroutine_threadsafe(self.store.close(), background_loop()).result()
+            closing = asyncio.run_coroutine_threadsafe(self.store.close(), background_loop())
+            if not concurrent.futures.wait([closing], self.wait_timeout).done:
+                logger.error("journal gave up after %.1f s closing its store", self.wait_timeout)
+                return
+            closing.result()

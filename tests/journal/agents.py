@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.runnables import RunnableConfig, RunnableLambda
@@ -23,6 +23,28 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import interrupt
+
+from deerflow_journal import RunEvent, RunJournal, RunSummary
+
+QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
+
+
+async def run_events(journal: RunJournal, *, flush: bool = False) -> list[RunEvent]:
+    """The latest run's stored events in seq order; ``flush`` writes the buffer first."""
+    if flush:
+        await journal.flush()
+    assert journal.thread_id is not None and journal.run_id is not None
+    return await journal.event_store.list_events(journal.thread_id, journal.run_id, limit=10_000)
+
+
+async def stored(journal: RunJournal) -> tuple[list[str], RunSummary]:
+    """The latest run's stored event types in seq order and its stored (= current) summary."""
+    events = await run_events(journal)
+    assert journal.thread_id is not None and journal.run_id is not None
+    summary = await journal.event_store.get_run_summary(journal.thread_id, journal.run_id)
+    assert summary is not None
+    assert summary == journal.summary()
+    return [e["event_type"] for e in events], summary
 
 
 def usage(input_tokens: int, output_tokens: int, **details: int) -> dict[str, Any]:

@@ -7,16 +7,30 @@ import uuid
 from typing import Annotated, Any
 
 import pytest
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.types import Command
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt.tool_node import ToolCallWithContext
+from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
-from tests.journal.agents import FailingChatModel, agent_graph, ai, scripted
+from tests.journal.agents import (
+    QUESTION,
+    FailingChatModel,
+    agent_graph,
+    ai,
+    model_node,
+    run_events,
+    scripted,
+)
 
 COMPLETION_KEYS = {
     "total_input_tokens",
@@ -38,12 +52,6 @@ def tool_script() -> tuple[AIMessage, AIMessage]:
         ai("", calls=[("add", {"a": 1, "b": 2}, "c1")], msg_id="m1"),
         ai("The answer is 3.", msg_id="m2", tokens=(20, 7)),
     )
-
-
-async def events_of(journal: RunJournal) -> list[RunEvent]:
-    await journal.flush()
-    assert journal.thread_id is not None and journal.run_id is not None
-    return await journal.event_store.list_events(journal.thread_id, journal.run_id)
 
 
 def types(events: list[RunEvent]) -> list[str]:
@@ -74,7 +82,10 @@ async def test_streamed_graph_messages_match_non_streamed_responses_and_usage():
         )
     ]
     assert len(chunks) > 4  # the model really streamed token chunks
-    plain_events, streamed_events = await events_of(plain), await events_of(streamed)
+    plain_events, streamed_events = (
+        await run_events(plain, flush=True),
+        await run_events(streamed, flush=True),
+    )
     assert types(plain_events) == types(streamed_events)
     for a, b in zip(
         of_type(plain_events, "llm.ai.response"),
@@ -102,7 +113,7 @@ async def test_model_astream_inside_a_chain_matches_ainvoke():
     for body in (stream_it, invoke_it):
         journal = RunJournal(event_store=MemoryRunEventStore())
         await RunnableLambda(body).ainvoke("q", {"callbacks": [journal]})
-        (response,) = of_type(await events_of(journal), "llm.ai.response")
+        (response,) = of_type(await run_events(journal, flush=True), "llm.ai.response")
         results.append((response["content"], response["metadata"]["usage"], journal.summary()))
     assert results[0][0] == results[1][0] and results[0][0]["content"] == "streamed words here"
     assert results[0][1] == results[1][1] == {"input_tokens": 8, "output_tokens": 3,
@@ -114,7 +125,7 @@ async def test_completion_model_response_becomes_an_ai_message():
     llm = FakeListLLM(responses=["forty-two"])
     journal = RunJournal(event_store=MemoryRunEventStore())
     await RunnableLambda(lambda q: llm.invoke(q), name="ask").ainvoke("q", {"callbacks": [journal]})
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.ai.response", "run.end"]
     response = events[1]
     assert response["content"]["type"] == "ai" and response["content"]["content"] == "forty-two"
@@ -132,7 +143,7 @@ async def test_llm_error_is_journaled():
 
     journal = RunJournal(event_store=MemoryRunEventStore())
     await RunnableLambda(call).ainvoke("q", {"callbacks": [journal]})
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.human.input", "llm.error", "run.end"]
     assert events[2]["content"] == "model endpoint unreachable"
 
@@ -146,10 +157,60 @@ async def test_repeated_llm_end_counts_once():
     journal.on_llm_end(result, run_id=call, parent_run_id=root)
     journal.on_llm_end(result, run_id=call, parent_run_id=root)
     journal.on_chain_end({}, run_id=root)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     summary = journal.summary()
     assert (summary.llm_call_count, summary.total_tokens) == (1, 5)
+
+
+async def test_usage_reported_under_the_model_run_id_still_leaves_its_response():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    model = scripted(ai("answer from the model", tokens=(10, 5)))
+
+    def call(state: MessagesState) -> dict[str, Any]:
+        call_id = uuid.uuid4()  # reported as an external record before the call ends
+        record = {"source_run_id": str(call_id), "input_tokens": 10, "output_tokens": 5}
+        assert journal.record_external_llm_usage_records([record]) == 1
+        return {"messages": [model.invoke(state["messages"], {"run_id": call_id})]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("call", call)
+    builder.add_edge(START, "call")
+    await journaled(builder.compile(), journal)
+    (response,) = of_type(await run_events(journal, flush=True), "llm.ai.response")
+    assert response["content"]["content"] == "answer from the model"
+    summary = journal.summary()
+    assert (summary.llm_call_count, summary.total_tokens) == (1, 15)  # usage counted once
+    assert summary.last_ai_message == "answer from the model"
+
+
+class RewritingRetriever(BaseRetriever):
+    """A retriever that asks a model to rewrite the query first, as multi-query retrievers do."""
+
+    rewriter: Any
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        rewritten = self.rewriter.invoke(query, {"callbacks": run_manager.get_child()})
+        return [Document(page_content=f"found for {rewritten.content}")]
+
+
+async def test_model_calls_inside_a_retriever_belong_to_the_run():
+    retriever = RewritingRetriever(rewriter=scripted(ai("rewritten query", tokens=(50, 10))))
+
+    def search(state: MessagesState) -> dict[str, Any]:
+        (document,) = retriever.invoke("query")
+        return {"messages": [AIMessage(document.page_content)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("search", search)
+    builder.add_edge(START, "search")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(builder.compile(), journal)
+    (response,) = of_type(await run_events(journal, flush=True), "llm.ai.response")
+    assert response["content"]["content"] == "rewritten query"
+    assert (journal.summary().llm_call_count, journal.summary().total_tokens) == (1, 60)
 
 
 # -- human input ---------------------------------------------------------------------------
@@ -164,7 +225,7 @@ async def test_hidden_and_summary_human_messages_are_skipped():
         HumanMessage("injected context", additional_kwargs={"hide_from_ui": True}),
         HumanMessage("summary of earlier turns", name="summary"),
     )
-    (human,) = of_type(await events_of(journal), "llm.human.input")
+    (human,) = of_type(await run_events(journal, flush=True), "llm.human.input")
     assert human["content"]["content"] == "the real question"
     assert journal.summary().first_human_message == "the real question"
 
@@ -172,7 +233,7 @@ async def test_hidden_and_summary_human_messages_are_skipped():
 async def test_only_the_first_lead_agent_call_records_the_human_input():
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(agent_graph(scripted(*tool_script())), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert len(of_type(events, "llm.human.input")) == 1
     assert [e["metadata"]["llm_call_index"] for e in of_type(events, "llm.ai.response")] == [1, 2]
 
@@ -191,12 +252,38 @@ async def test_middleware_model_calls_are_attributed_and_bucketed():
     graph = agent_graph(scripted(ai("summarised", tokens=(4, 4))), tags=["middleware:summarize"])
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(graph, journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "llm.ai.response", "run.end"]
     assert events[1]["metadata"]["caller"] == "middleware:summarize"
     summary = journal.summary()
     assert (summary.middleware_tokens, summary.lead_agent_tokens) == (8, 0)
     assert summary.last_ai_message is None
+
+
+async def test_inner_caller_tags_win_over_a_root_tagged_lead_agent():
+    research = agent_graph(scripted(ai("8", tokens=(9, 1)))).with_config(tags=["subagent:research"])
+    summarize = model_node(scripted(ai("short", tokens=(4, 4))), tags=["middleware:summarize"])
+    graph = StateGraph(MessagesState)
+    graph.add_node("research", research)
+    graph.add_node("summarize", summarize)
+    graph.add_node("lead", model_node(scripted(ai("Research says 8.", tokens=(11, 4)))))
+    graph.add_edge(START, "research")
+    graph.add_edge("research", "summarize")
+    graph.add_edge("summarize", "lead")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(graph.compile(), journal, tags=["lead_agent"])
+    responses = of_type(await run_events(journal, flush=True), "llm.ai.response")
+    assert [(r["content"]["content"], r["metadata"]["caller"]) for r in responses] == [
+        ("8", "subagent:research"),
+        ("short", "middleware:summarize"),
+        ("Research says 8.", "lead_agent"),
+    ]
+    summary = journal.summary()
+    assert (summary.subagent_tokens, summary.middleware_tokens, summary.lead_agent_tokens) == (
+        10,
+        8,
+        15,
+    )
 
 
 # -- tools ---------------------------------------------------------------------------------
@@ -212,7 +299,7 @@ async def test_command_tool_output_becomes_a_tool_result():
     model = scripted(ai("", calls=[("finish_task", {"result": "filed"}, "c7")]), ai("Done."))
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(agent_graph(model, [finish_task]), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == [
         "run.start",
         "llm.human.input",
@@ -223,6 +310,126 @@ async def test_command_tool_output_becomes_a_tool_result():
     ]
     assert events[3]["content"]["content"] == "filed"
     assert events[3]["content"]["tool_call_id"] == "c7"
+
+
+@tool
+def finish_with_one(result: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+    """Finish the task with a single message-like update, as add_messages accepts."""
+    message = {"role": "tool", "content": result, "tool_call_id": tool_call_id}
+    return Command(update={"messages": message})
+
+
+async def test_command_with_a_single_message_like_update_is_one_tool_result():
+    model = scripted(ai("", calls=[("finish_with_one", {"result": "filed"}, "c7")]), ai("Done."))
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(model, [finish_with_one]), journal)
+    events = await run_events(journal, flush=True)
+    (result,) = of_type(events, "llm.tool.result")
+    assert (result["content"]["type"], result["content"]["content"]) == ("tool", "filed")
+    assert result["metadata"]["tool_call_id"] == "c7"
+    assert of_type(events, "tool.unresolved") == []
+
+
+def retried_tools_agent(failures: int) -> Any:
+    """A tool agent whose tools node is retried; its tool fails ``failures`` times first."""
+    attempts: list[int] = []
+
+    @tool
+    def flaky(x: int) -> int:
+        """Fail at first, then work."""
+        attempts.append(x)
+        if len(attempts) <= failures:
+            raise ConnectionError(f"transient failure {len(attempts)}")
+        return x
+
+    model = scripted(ai("", calls=[("flaky", {"x": 1}, "r1")]), ai("ok"))
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model_node(model))
+    retry = RetryPolicy(max_attempts=3, initial_interval=0.0, jitter=False)
+    graph.add_node("tools", ToolNode([flaky], handle_tool_errors=False), retry_policy=retry)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile()
+
+
+async def test_a_retried_tool_call_that_succeeds_has_only_its_result():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(retried_tools_agent(failures=1), journal)
+    events = await run_events(journal, flush=True)
+    assert types(events) == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.tool.result",
+        "llm.ai.response",
+        "run.end",
+    ]
+
+
+async def test_a_tool_call_failing_every_retry_has_one_error():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(ConnectionError):
+        await journaled(retried_tools_agent(failures=3), journal)
+    events = await run_events(journal, flush=True)
+    assert types(events) == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "tool.error",
+        "run.error",
+    ]
+    assert events[3]["content"]["error"] == "transient failure 3"
+
+
+async def test_tool_calls_stopped_by_control_flow_are_unresolved_with_their_own_reason():
+    """Each call runs in its own task: one fails the run, one pauses, one is cancelled."""
+    sleeping, paused = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def slow(topic: str) -> str:
+        """Wait long (cancelled when a sibling fails)."""
+        sleeping.set()
+        await asyncio.Event().wait()
+        return topic
+
+    @tool
+    def pause(question: str) -> str:
+        """Ask a human."""
+        paused.set()
+        return str(interrupt(question))
+
+    @tool
+    async def boom(reason: str) -> str:
+        """Fail once both siblings are under way."""
+        await sleeping.wait()
+        await paused.wait()
+        raise RuntimeError(reason)
+
+    def one_task_per_call(state: MessagesState) -> list[Send]:
+        calls = state["messages"][-1].tool_calls
+        return [Send("tools", ToolCallWithContext(__type="tool_call_with_context",
+                                                  tool_call=call, state=state))
+                for call in calls]  # fmt: skip
+
+    calls = [("slow", {"topic": "x"}, "s1"), ("pause", {"question": "?"}, "p1"),
+             ("boom", {"reason": "no"}, "b1")]  # fmt: skip
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model_node(scripted(ai("", calls=calls))))
+    graph.add_node("tools", ToolNode([slow, pause, boom], handle_tool_errors=False))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", one_task_per_call, ["tools"])
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(RuntimeError, match="no"):
+        await journaled(graph.compile(checkpointer=InMemorySaver()), journal,
+                        configurable={"thread_id": "t"})  # fmt: skip
+    events = await run_events(journal, flush=True)
+    assert types(events)[-4:] == ["tool.error", "tool.unresolved", "tool.unresolved", "run.error"]
+    assert types(events).count("tool.error") == 1  # an interrupt or a cancellation is no error
+    outcomes = {e["content"]["tool_call_id"]: e["content"] for e in events[-4:-1]}
+    assert outcomes["b1"]["error"] == "no"
+    assert (outcomes["s1"]["reason"], outcomes["p1"]["reason"]) == ("cancelled", "interrupted")
+    assert journal.summary().status == "error"
 
 
 # -- chains --------------------------------------------------------------------------------
@@ -239,7 +446,7 @@ async def test_nested_chain_errors_produce_one_run_error():
     journal = RunJournal(event_store=MemoryRunEventStore())
     with pytest.raises(KeyError):
         await journaled(graph.compile(), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "run.error"]
     assert events[1]["content"] == "'missing'"
     assert events[1]["metadata"]["error_type"] == "KeyError"
@@ -275,7 +482,7 @@ async def test_subclass_adds_a_custom_middleware_tag():
     graph.add_node("detect", detect)
     graph.add_edge(START, "detect")
     await journaled(graph.compile(), journal)
-    events = await events_of(journal)
+    events = await run_events(journal, flush=True)
     assert types(events) == ["run.start", "middleware:loop_detection", "run.end"]
     assert events[1]["category"] == "middleware"
     assert events[1]["content"] == {
@@ -305,7 +512,7 @@ async def test_memory_context_is_recorded_once_per_run():
     graph.add_node("remember", remember)
     graph.add_edge(START, "remember")
     await journaled(graph.compile(), journal)
-    (memory,) = of_type(await events_of(journal), "context:memory")
+    (memory,) = of_type(await run_events(journal, flush=True), "context:memory")
     assert memory["category"] == "context"
     assert memory["content"] == {"content_sha256": digest}
     with pytest.raises(ValueError):
@@ -317,7 +524,7 @@ async def test_recorders_before_the_run_starts_land_right_after_run_start():
     journal.record_memory_context(content_sha256="ab" * 32)
     journal.record_middleware("guardrail", name="g", hook="before_agent", action="ok", changes={})
     await journaled(agent_graph(scripted(ai("ok"))), journal)
-    assert types(await events_of(journal))[:3] == [
+    assert types(await run_events(journal, flush=True))[:3] == [
         "run.start",
         "context:memory",
         "middleware:guardrail",
@@ -347,6 +554,57 @@ async def test_external_usage_records_join_the_run_totals():
     assert summary.token_usage_by_model == {
         "web-model": {"input_tokens": 30, "output_tokens": 10, "total_tokens": 40}
     }
+
+
+async def test_recorders_act_on_the_run_that_calls_them_when_runs_overlap():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    other_started = asyncio.Event()
+
+    def graph(name: str) -> Any:
+        async def record(state: MessagesState) -> dict[str, Any]:
+            if name == "a":
+                await other_started.wait()  # "b" started after "a": it is the latest run
+            else:
+                other_started.set()
+            journal.record_middleware("guardrail", name=name, hook="h", action="a", changes={})
+            journal.record_memory_context(content_sha256=name * 64)
+            journal.set_first_human_message(f"asked in {name}")
+            record = {"source_run_id": f"sub-{name}", "input_tokens": 1, "output_tokens": 1}
+            journal.record_external_llm_usage_records([record])
+            return {}
+
+        builder = StateGraph(MessagesState)
+        builder.add_node("record", record)
+        builder.add_edge(START, "record")
+        return builder.compile()
+
+    await asyncio.gather(
+        *(journaled(graph(name), journal, configurable={"thread_id": name}) for name in "ab")
+    )
+    await journal.flush()
+    for name in "ab":
+        (summary,) = await journal.event_store.list_run_summaries(name)
+        events = await journal.event_store.list_events(name, summary.run_id)
+        assert types(events) == ["run.start", "middleware:guardrail", "context:memory", "run.end"]
+        assert events[1]["content"]["name"] == name
+        assert events[2]["content"] == {"content_sha256": name * 64}
+        assert (summary.first_human_message, summary.total_tokens) == (f"asked in {name}", 2)
+
+
+def test_usage_reported_right_after_a_run_ended_counts_toward_that_run():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    agent_graph(scripted(ai("first"))).invoke(QUESTION, {"callbacks": [journal]})
+    first = journal.summary()
+    record = {"source_run_id": "sub-1", "caller": "subagent:web", "input_tokens": 100,
+              "output_tokens": 50}  # fmt: skip
+    assert journal.record_external_llm_usage_records([record]) == 1
+    assert journal.summary().subagent_tokens == 150
+    again = asyncio.run(store.get_run_summary(first.thread_id, first.run_id))
+    assert again is not None and (again.subagent_tokens, again.total_tokens) == (150, 165)
+    agent_graph(scripted(ai("second"))).invoke(QUESTION, {"callbacks": [journal]})
+    assert journal.summary().run_id != first.run_id
+    assert journal.summary().subagent_tokens == 0
 
 
 # -- completion data and summary -----------------------------------------------------------
@@ -433,6 +691,24 @@ async def test_thread_id_falls_back_to_the_run_id():
     assert journal.thread_id == journal.run_id
 
 
+@pytest.mark.parametrize("ids", [{"run_id": "r" * 129}, {"thread_id": "thread\n1"}])
+def test_fixed_ids_the_store_would_reject_are_refused_at_once(ids):
+    with pytest.raises(ValueError, match=next(iter(ids))):
+        RunJournal(event_store=MemoryRunEventStore(), **ids)
+
+
+async def test_a_config_thread_id_the_store_would_reject_falls_back_to_the_run_id(caplog):
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    await journaled(agent_graph(scripted(ai("ok"))), journal, configurable={"thread_id": "t" * 200})
+    assert "thread_id" in caplog.text
+    assert journal.thread_id == journal.run_id
+    assert types(await run_events(journal, flush=True))[-1] == "run.end"
+    await journaled(agent_graph(scripted(ai("ok"))), journal, configurable={"thread_id": "good"})
+    await journal.flush()
+    assert len(await store.list_events("good", journal.run_id or "")) == 4
+
+
 async def test_events_and_summary_are_stamped_with_the_current_user():
     store = MemoryRunEventStore()
     journal = RunJournal(event_store=store)
@@ -480,6 +756,24 @@ async def test_progress_without_throttling_sends_every_change():
     await journaled(agent_graph(scripted(*tool_script())), journal)
     await journal.aclose()
     assert [s["message_count"] for s in snapshots] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("owned", [False, True], ids=["store passed in", "own store"])
+async def test_progress_snapshots_run_on_the_loop_running_the_graph(monkeypatch, owned):
+    monkeypatch.setenv("DEERFLOW_JOURNAL_URL", "memory://")
+    caller = asyncio.get_running_loop()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()  # bound to the caller's loop
+    on_caller: list[bool] = []
+
+    async def report(snapshot: dict[str, Any]) -> None:
+        on_caller.append(asyncio.get_running_loop() is caller)
+        queue.put_nowait(snapshot)
+
+    store = None if owned else MemoryRunEventStore()
+    journal = RunJournal(event_store=store, progress_reporter=report, progress_flush_interval=0)
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    await journal.aclose()
+    assert on_caller == [True] * 4 and queue.qsize() == 4
 
 
 async def test_a_held_snapshot_is_sent_when_the_interval_ends():

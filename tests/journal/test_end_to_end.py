@@ -6,14 +6,14 @@ import asyncio
 from typing import Any
 
 import pytest
-from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command
 
-from deerflow_journal import MemoryRunEventStore, RunEvent, RunEventStore, RunJournal, RunSummary
+from deerflow_journal import MemoryRunEventStore, RunJournal, RunSummary
 from tests.journal.agents import (
+    QUESTION,
     add,
     agent_graph,
     ai,
@@ -21,10 +21,11 @@ from tests.journal.agents import (
     explode,
     model_node,
     multiply,
+    run_events,
     scripted,
+    stored,
 )
 
-QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
 AGENT_SEQUENCE = [
     "run.start",
     "llm.human.input",
@@ -39,21 +40,6 @@ def tool_agent() -> Any:
     return agent_graph(
         scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("It is 3.", tokens=(20, 7)))
     )
-
-
-async def stored(store: RunEventStore, journal: RunJournal) -> tuple[list[str], RunSummary]:
-    """The run's event types in seq order and its stored summary."""
-    assert journal.thread_id is not None and journal.run_id is not None
-    events = await store.list_events(journal.thread_id, journal.run_id)
-    summary = await store.get_run_summary(journal.thread_id, journal.run_id)
-    assert summary is not None
-    assert summary == journal.summary()
-    return [e["event_type"] for e in events], summary
-
-
-async def run_events(store: RunEventStore, journal: RunJournal) -> list[RunEvent]:
-    assert journal.thread_id is not None and journal.run_id is not None
-    return await store.list_events(journal.thread_id, journal.run_id)
 
 
 def assert_agent_summary(summary: RunSummary) -> None:
@@ -74,7 +60,7 @@ async def test_agent_under_ainvoke(store):
     journal = RunJournal(event_store=store)
     await tool_agent().ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == AGENT_SEQUENCE
     assert_agent_summary(summary)
 
@@ -84,7 +70,7 @@ async def test_agent_under_astream(store):
     updates = [u async for u in tool_agent().astream(QUESTION, {"callbacks": [journal]})]
     assert len(updates) == 3
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == AGENT_SEQUENCE
     assert_agent_summary(summary)
 
@@ -93,7 +79,7 @@ async def test_agent_under_invoke_is_complete_when_invoke_returns(store):
     journal = RunJournal(event_store=store)
     # A plain invoke on a thread with no running loop, as a sync program makes it; no flush.
     await asyncio.to_thread(tool_agent().invoke, QUESTION, {"callbacks": [journal]})
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == AGENT_SEQUENCE
     assert_agent_summary(summary)
 
@@ -102,7 +88,7 @@ def test_agent_under_invoke_in_a_program_without_any_event_loop():
     store = MemoryRunEventStore()
     journal = RunJournal(event_store=store)
     tool_agent().invoke(QUESTION, {"callbacks": [journal]})
-    sequence, summary = asyncio.run(stored(store, journal))
+    sequence, summary = asyncio.run(stored(journal))
     assert sequence == AGENT_SEQUENCE
     assert_agent_summary(summary)
 
@@ -130,9 +116,9 @@ async def test_parallel_tool_calls_under_ainvoke(store):
     journal = RunJournal(event_store=store)
     await parallel_agent().ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == PARALLEL_SEQUENCE
-    results = [e for e in await run_events(store, journal) if e["category"] == "message"]
+    results = [e for e in await run_events(journal) if e["category"] == "message"]
     assert {e["content"]["tool_call_id"] for e in results[2:4]} == {"p1", "p2"}
     assert summary.status == "success" and summary.message_count == 5
 
@@ -140,7 +126,7 @@ async def test_parallel_tool_calls_under_ainvoke(store):
 async def test_parallel_tool_calls_under_invoke_on_worker_threads(store):
     journal = RunJournal(event_store=store)
     await asyncio.to_thread(parallel_agent().invoke, QUESTION, {"callbacks": [journal]})
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == PARALLEL_SEQUENCE
     assert summary.status == "success" and summary.llm_call_count == 2
 
@@ -157,7 +143,7 @@ async def test_a_handled_tool_error_is_its_calls_outcome(store):
     journal = RunJournal(event_store=store)
     await exploding_agent(handled=True).ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -166,7 +152,7 @@ async def test_a_handled_tool_error_is_its_calls_outcome(store):
         "llm.ai.response",
         "run.end",
     ]
-    error = (await run_events(store, journal))[3]
+    error = (await run_events(journal))[3]
     assert error["content"] == {
         "tool_call_id": "e1",
         "name": "explode",
@@ -182,7 +168,7 @@ async def test_an_unhandled_tool_error_fails_the_run(store):
     with pytest.raises(RuntimeError, match="disk full"):
         await exploding_agent(handled=False).ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -201,7 +187,7 @@ async def test_a_failed_run_leaves_unanswered_calls_unresolved(store):
     with pytest.raises(RuntimeError):
         await graph.ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    events = await run_events(store, journal)
+    events = await run_events(journal)
     (unresolved,) = [e for e in events if e["event_type"] == "tool.unresolved"]
     assert unresolved["content"] == {
         "tool_call_id": "f2",
@@ -228,7 +214,7 @@ async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(store)
     journal = RunJournal(event_store=store)
     await graph.compile().ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == [
         "run.start",
         "llm.ai.response",
@@ -238,7 +224,7 @@ async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(store)
         "llm.ai.response",
         "run.end",
     ]
-    callers = [e["metadata"].get("caller") for e in await run_events(store, journal)]
+    callers = [e["metadata"].get("caller") for e in await run_events(journal)]
     assert callers[1:4] == ["subagent:research"] * 3
     assert callers[5] == "lead_agent"
     assert (summary.subagent_tokens, summary.lead_agent_tokens, summary.total_tokens) == (
@@ -261,7 +247,7 @@ async def test_interrupt_then_resume_with_a_checkpointer(store):
     paused = await graph.ainvoke(QUESTION, config)
     assert "__interrupt__" in paused
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -270,7 +256,7 @@ async def test_interrupt_then_resume_with_a_checkpointer(store):
         "run.interrupt",
     ]
     assert summary.status == "interrupted"
-    first = await run_events(store, journal)
+    first = await run_events(journal)
     assert first[3]["content"] == {
         "tool_call_id": "h1",
         "name": "ask_human",
@@ -285,7 +271,7 @@ async def test_interrupt_then_resume_with_a_checkpointer(store):
 
     await graph.ainvoke(Command(resume="yes"), config)
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert journal.run_id != paused_run and journal.thread_id == "hitl"
     assert sequence == [
         "run.start",
@@ -295,7 +281,7 @@ async def test_interrupt_then_resume_with_a_checkpointer(store):
         "llm.ai.response",
         "run.end",
     ]
-    resumed = await run_events(store, journal)
+    resumed = await run_events(journal)
     assert resumed[1]["content"]["checkpoint_id"] == interrupt["checkpoint_id"]
     assert resumed[2]["content"]["tool_call_id"] == "h1"
     assert summary.status == "success"
@@ -326,7 +312,7 @@ async def test_a_cancelled_run_ends_cancelled(store):
     with pytest.raises(asyncio.CancelledError):
         await task
     await journal.flush()
-    sequence, summary = await stored(store, journal)
+    sequence, summary = await stored(journal)
     assert sequence == [
         "run.start",
         "llm.human.input",
@@ -334,8 +320,32 @@ async def test_a_cancelled_run_ends_cancelled(store):
         "tool.unresolved",
         "run.error",
     ]
-    events = await run_events(store, journal)
+    events = await run_events(journal)
     assert events[3]["content"]["reason"] == "cancelled"
     assert events[4]["metadata"] == {"error_type": "CancelledError"}
     assert summary.status == "cancelled"
     assert summary.error is not None and summary.error["type"] == "CancelledError"
+
+
+def test_a_stream_closed_early_ends_cancelled():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    updates = tool_agent().stream(QUESTION, {"callbacks": [journal]})
+    next(updates)
+    updates.close()
+    events = asyncio.run(run_events(journal, flush=True))
+    assert [e["event_type"] for e in events][-2:] == ["tool.unresolved", "run.error"]
+    assert events[-2]["content"]["reason"] == "cancelled"
+    assert events[-1]["metadata"] == {"error_type": "GeneratorExit"}
+    assert journal.summary().status == "cancelled"
+
+
+async def test_an_async_stream_closed_early_ends_cancelled():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    updates = tool_agent().astream(QUESTION, {"callbacks": [journal]})
+    async for _ in updates:
+        break
+    await updates.aclose()
+    events = await run_events(journal, flush=True)
+    assert [e["event_type"] for e in events][-2:] == ["tool.unresolved", "run.error"]
+    assert events[-2]["content"]["reason"] == "cancelled"
+    assert journal.summary().status == "cancelled"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 
 from deerflow_journal import (
     MemoryRunEventStore,
@@ -22,10 +22,10 @@ from deerflow_journal import (
     open_store,
     user_scope,
 )
+from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import PendingEvent
-from tests.journal.agents import agent_graph, ai, scripted
+from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
-QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -102,11 +102,6 @@ def fingerprint(events: list[RunEvent]) -> list[tuple[str, str]]:
         else:
             out.append((e["event_type"], ""))
     return out
-
-
-async def run_events(journal: RunJournal) -> list[RunEvent]:
-    assert journal.thread_id is not None and journal.run_id is not None
-    return await journal.event_store.list_events(journal.thread_id, journal.run_id, limit=10_000)
 
 
 def tool_result(journal: RunJournal, root: uuid.UUID, index: int) -> None:
@@ -270,7 +265,7 @@ class StuckStore(MemoryRunEventStore):
         await super()._append_with_summaries(events, summaries)
 
 
-def test_a_write_cancelled_with_its_event_loop_keeps_its_batch():
+def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog):
     store = StuckStore()
     journal = RunJournal(event_store=store)
 
@@ -279,10 +274,84 @@ def test_a_write_cancelled_with_its_event_loop_keeps_its_batch():
         await settle()  # the terminal write is now waiting inside the store
 
     asyncio.run(main())  # the loop ends without a flush: its shutdown cancels the write
+    assert "journal write cancelled; its events stay buffered" in caplog.messages
     store.stuck = False
     journal.close()
     types = [e["event_type"] for e in asyncio.run(run_events(journal))]
     assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+class Unprintable:
+    """A tool artifact JSON cannot hold and whose ``str()`` fails: never storable."""
+
+    def __str__(self) -> str:
+        raise ValueError("no text for this object")
+
+
+async def test_an_event_that_can_never_be_stored_is_dropped_alone_and_logged(caplog):
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    root = direct_run(journal, 2)
+    call = uuid.uuid4()
+    journal.on_tool_start({"name": "t"}, "", run_id=call, parent_run_id=root)
+    bad = ToolMessage("bad", tool_call_id="bad", artifact=Unprintable())
+    journal.on_tool_end(bad, run_id=call, parent_run_id=root)
+    tool_result(journal, root, 1)
+    journal.on_chain_end({}, run_id=root)
+    await journal.flush()
+    events = await run_events(journal)
+    assert [e["event_type"] for e in events] == ["run.start", *["llm.tool.result"] * 2, "run.end"]
+    assert [e["content"]["tool_call_id"] for e in events[1:3]] == ["d0", "d1"]
+    dropped = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(dropped) == 1 and "llm.tool.result" in dropped[0].getMessage()
+
+
+async def test_a_store_that_is_down_is_retried_once_per_threshold_not_per_event():
+    store = FlakyStore(every=1)
+    journal = RunJournal(event_store=store, flush_threshold=20)
+    root = direct_run(journal, 1)
+    for index in range(300):
+        tool_result(journal, root, index)
+        await settle(3)
+    assert 0 < store.batches <= 301 // 20
+    store.every = 0
+    journal.on_chain_end({}, run_id=root)
+    await journal.flush()
+    assert len(await run_events(journal)) == 302
+
+
+class HungStore(MemoryRunEventStore):
+    """A memory store whose writes make no progress while ``hung`` is set."""
+
+    hung = True
+
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        while self.hung:
+            await asyncio.sleep(0.01)
+        await super()._append_with_summaries(events, summaries)
+
+
+def test_close_gives_up_on_a_hung_store_and_logs_what_is_not_written(monkeypatch, caplog):
+    monkeypatch.setattr(JournalWriter, "wait_timeout", 0.1)
+    store = HungStore()
+    journal = RunJournal(event_store=store)
+    root = direct_run(journal, 3)
+    closer = threading.Thread(target=journal.close, daemon=True)
+    closer.start()
+    closer.join(120)  # a hang guard, not a time limit on close()
+    assert not closer.is_alive()
+    assert any("a write is still in flight" in r.getMessage() for r in caplog.records)
+    tool_result(journal, root, 3)
+    closer = threading.Thread(target=journal.close, daemon=True)
+    closer.start()
+    closer.join(120)
+    assert "1 more events" in caplog.records[-1].getMessage()
+    store.hung = False
+    journal.on_chain_end({}, run_id=root)
+    journal.close()
+    assert len(asyncio.run(run_events(journal))) == 5
 
 
 def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
@@ -448,3 +517,52 @@ def test_invoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path)
     types, summary = asyncio.run(read())
     assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     assert summary is not None and summary.status == "success"
+
+
+OWNED_STORE_AINVOKE = """
+import asyncio, time
+from langchain_core.messages import HumanMessage
+from deerflow_journal import RunJournal, SqliteRunEventStore
+from tests.journal.agents import agent_graph, ai, scripted
+
+write = SqliteRunEventStore._append_with_summaries
+
+
+async def slow_write(self, events, summaries):
+    await asyncio.sleep(0.2)  # a slow disk: the program ends before the write does
+    await write(self, events, summaries)
+
+
+SqliteRunEventStore._append_with_summaries = slow_write
+journal = RunJournal(thread_id="owned")  # opens the default SQLite store itself
+
+
+async def main():
+    graph = agent_graph(scripted(ai("ok")))
+    await graph.ainvoke({"messages": [HumanMessage("hi")]}, {"callbacks": [journal]})
+
+
+asyncio.run(main())  # no flush() or aclose()
+print(journal.run_id)
+"""
+
+
+def test_ainvoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "DEERFLOW_JOURNAL_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", OWNED_STORE_AINVOKE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    run_id = done.stdout.strip()
+
+    async def read() -> list[str]:
+        async with open_store(f"sqlite:///{tmp_path / '.deer-flow' / 'journal.db'}") as store:
+            return [e["event_type"] for e in await store.list_events("owned", run_id)]
+
+    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]

@@ -7,23 +7,26 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
+import pytest
+from langchain_core.callbacks import (
+    BaseCallbackHandler,
+    adispatch_custom_event,
+    dispatch_custom_event,
+)
+from langchain_core.messages import AIMessage
+from langchain_core.tools import StructuredTool, tool
 from langgraph.config import get_stream_writer
 from langgraph.graph import START, MessagesState, StateGraph
 
 from deerflow_journal import (
     MemoryRunEventStore,
-    RunEvent,
     RunJournal,
     WorkspaceRoot,
     latest_workspace_changes,
 )
 from deerflow_journal.journal import workspace as tracker_module
-from tests.journal.agents import agent_graph, ai, scripted
+from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
-QUESTION = {"messages": [HumanMessage("Delegate it.")]}
 STEP = {"type": "ai", "content": "looking", "tool_calls": [], "id": "s0"}
 TASK_CHUNKS = [
     {"type": "task_started", "task_id": "t1", "description": "find files"},
@@ -32,12 +35,6 @@ TASK_CHUNKS = [
     {"type": "task_completed", "task_id": "t1", "result": "found 2 files"},
 ]
 SUBAGENT_TYPES = ["subagent.start", "subagent.step", "subagent.end"]
-
-
-async def run_events(journal: RunJournal) -> list[RunEvent]:
-    await journal.flush()
-    assert journal.thread_id is not None and journal.run_id is not None
-    return await journal.event_store.list_events(journal.thread_id, journal.run_id)
 
 
 def single_node(fn: Any) -> Any:
@@ -61,7 +58,7 @@ async def test_task_chunks_dispatched_as_custom_events_become_subagent_events():
 
     journal = RunJournal(event_store=MemoryRunEventStore())
     await single_node(work).ainvoke(QUESTION, {"callbacks": [journal]})
-    events = await run_events(journal)
+    events = await run_events(journal, flush=True)
     assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
     assert events[1]["content"] == {"task_id": "t1", "description": "find files"}
     assert events[2]["metadata"] == {"task_id": "t1", "message_index": 0}
@@ -76,7 +73,7 @@ def test_a_custom_event_named_anything_carries_its_type_in_the_data():
 
     journal = RunJournal(event_store=MemoryRunEventStore())
     single_node(work).invoke(QUESTION, {"callbacks": [journal]})
-    events = asyncio.run(run_events(journal))
+    events = asyncio.run(run_events(journal, flush=True))
     assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
 
 
@@ -98,7 +95,7 @@ async def test_chunks_from_the_custom_stream_are_recorded_by_the_caller():
     ):
         recorded.append(journal.record_subagent_chunk(chunk))
     assert recorded == [True, True, False, True]
-    types = [e["event_type"] for e in await run_events(journal)]
+    types = [e["event_type"] for e in await run_events(journal, flush=True)]
     # The stream reaches the caller while the graph goes on: the chunks land in the run, in
     # order, somewhere after the model asked for the tool.
     assert [t for t in types if t.startswith("subagent.")] == SUBAGENT_TYPES
@@ -114,7 +111,7 @@ async def test_record_subagent_chunks_counts_the_well_formed_ones():
         return {}
 
     await single_node(work).ainvoke(QUESTION, {"callbacks": [journal]})
-    events = await run_events(journal)
+    events = await run_events(journal, flush=True)
     assert [e["event_type"] for e in events] == ["run.start", *SUBAGENT_TYPES, "run.end"]
 
 
@@ -143,7 +140,7 @@ async def test_workspace_roots_record_the_runs_file_changes(tmp_path):
     root = workspace(tmp_path)
     journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
     await writer_agent(root.host_path).ainvoke(QUESTION, {"callbacks": [journal]})
-    events = await run_events(journal)
+    events = await run_events(journal, flush=True)
     assert [e["event_type"] for e in events][-2:] == ["workspace_changes", "run.end"]
     assert events[-2]["content"] == "1 file changed +1 -0"
     assert journal.thread_id is not None and journal.run_id is not None
@@ -157,7 +154,7 @@ def test_workspace_changes_under_invoke(tmp_path):
     root = workspace(tmp_path)
     journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
     writer_agent(root.host_path).invoke(QUESTION, {"callbacks": [journal]})
-    types = [e["event_type"] for e in asyncio.run(run_events(journal))]
+    types = [e["event_type"] for e in asyncio.run(run_events(journal, flush=True))]
     assert types[-2:] == ["workspace_changes", "run.end"]
 
 
@@ -167,37 +164,62 @@ async def test_a_run_that_changes_no_file_records_no_workspace_event(tmp_path):
     await agent_graph(scripted(AIMessage("nothing to write"))).ainvoke(
         QUESTION, {"callbacks": [journal]}
     )
-    types = [e["event_type"] for e in await run_events(journal)]
+    types = [e["event_type"] for e in await run_events(journal, flush=True)]
     assert "workspace_changes" not in types and types[-1] == "run.end"
 
 
-async def test_the_first_tool_waits_for_a_snapshot_still_in_progress(tmp_path, monkeypatch):
+class ToolStartSignal(BaseCallbackHandler):
+    """Listed before the journal: tells when a tool starts (on the loop for async tools)."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+        self.started.set()
+
+
+@pytest.mark.parametrize("kind", ["sync tool", "async tool"])
+async def test_the_first_tool_waits_for_a_snapshot_still_in_progress(tmp_path, monkeypatch, kind):
+    """The snapshot is released by a task on the caller's loop once the tool is starting: a
+    tool start that blocked the loop would leave it waiting until its deadlock guard."""
     root = workspace(tmp_path)
     order: list[str] = []
-    tool_starting = threading.Event()
+    signal, release = ToolStartSignal(), threading.Event()
     real_capture = tracker_module.capture_workspace_snapshot
 
     async def slow_capture(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.to_thread(tool_starting.wait)  # still scanning when the tool starts
+        if not await asyncio.to_thread(release.wait, 10):  # still scanning as the tool starts
+            order.append("the event loop was blocked")
         snapshot = await real_capture(*args, **kwargs)
         order.append("snapshot")
         return snapshot
 
-    @tool
+    async def probe() -> None:
+        await asyncio.to_thread(signal.started.wait)
+        release.set()
+
     def touch(name: str) -> str:
-        """Create a file."""
         order.append("tool")
         (root.host_path / name).write_text("x\n")
         return "ok"
 
-    class Journal(RunJournal):
-        def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
-            tool_starting.set()
-            super().on_tool_start(*args, **kwargs)
+    async def atouch(name: str) -> str:
+        return touch(name)
 
+    touch_tool = StructuredTool.from_function(
+        touch if kind == "sync tool" else None,
+        coroutine=atouch if kind == "async tool" else None,
+        name="touch",
+        description="Create a file.",
+    )
     monkeypatch.setattr(tracker_module, "capture_workspace_snapshot", slow_capture)
     model = scripted(ai("", calls=[("touch", {"name": "a.txt"}, "t1")]), ai("ok"))
-    journal = Journal(event_store=MemoryRunEventStore(), workspace_roots=[root])
-    await agent_graph(model, [touch]).ainvoke(QUESTION, {"callbacks": [journal]})
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    probing = asyncio.create_task(probe())
+    await agent_graph(model, [touch_tool]).ainvoke(QUESTION, {"callbacks": [signal, journal]})
+    await probing
     assert order == ["snapshot", "tool"]
-    assert [e["event_type"] for e in await run_events(journal)][-2] == "workspace_changes"
+    types = [e["event_type"] for e in await run_events(journal, flush=True)]
+    assert types[-2] == "workspace_changes"

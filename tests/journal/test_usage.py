@@ -30,9 +30,9 @@ def test_details_are_reported_beside_the_totals_never_added():
 
 def test_buckets_by_caller():
     tokens = TokenUsage()
-    tokens.add_call("lead_agent", "m", [token_counts(usage(1, 1))])
-    tokens.add_call("subagent:research", "m", [token_counts(usage(2, 2))])
-    tokens.add_call("middleware:guardrail", "m", [token_counts(usage(3, 3))])
+    tokens.add_call("c1", "lead_agent", "m", [token_counts(usage(1, 1))])
+    tokens.add_call("c2", "subagent:research", "m", [token_counts(usage(2, 2))])
+    tokens.add_call("c3", "middleware:guardrail", "m", [token_counts(usage(3, 3))])
     data = tokens.completion_data()
     assert (data["lead_agent_tokens"], data["subagent_tokens"], data["middleware_tokens"]) == (
         2,
@@ -44,19 +44,27 @@ def test_buckets_by_caller():
 
 def test_by_model_keeps_detail_buckets_only_when_non_zero():
     tokens = TokenUsage()
-    tokens.add_call("lead_agent", "a", [token_counts(usage(10, 5, cache_read=4))])
-    tokens.add_call("lead_agent", "a", [token_counts(usage(10, 5))])
-    tokens.add_call("lead_agent", "b", [token_counts(usage(1, 1))])
+    tokens.add_call("c4", "lead_agent", "a", [token_counts(usage(10, 5, cache_read=4))])
+    tokens.add_call("c5", "lead_agent", "a", [token_counts(usage(10, 5))])
+    tokens.add_call("c6", "lead_agent", "b", [token_counts(usage(1, 1))])
     assert tokens.completion_data()["token_usage_by_model"] == {
         "a": {"input_tokens": 20, "output_tokens": 10, "total_tokens": 30, "cache_read_tokens": 4},
         "b": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
     }
 
 
-def test_each_source_counts_once():
+def test_each_call_counts_once():
     tokens = TokenUsage()
-    assert tokens.claim("run-1") is True
-    assert tokens.claim("run-1") is False
+    assert tokens.add_call("run-1", "lead_agent", "m", [token_counts(usage(1, 1))]) is True
+    assert tokens.add_call("run-1", "lead_agent", "m", [token_counts(usage(1, 1))]) is False
+    data = tokens.completion_data()
+    assert (data["llm_call_count"], data["total_tokens"]) == (1, 2)
+
+
+def test_token_figures_that_are_no_finite_number_count_as_zero():
+    weird = {"input_tokens": float("nan"), "output_tokens": float("inf"), "total_tokens": True}
+    assert token_counts(weird) == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    assert token_counts({"input_tokens": 2.0, "output_tokens": -3})["total_tokens"] == 2
 
 
 def test_external_records_count_once_and_skip_records_without_id_or_tokens():
@@ -83,6 +91,6 @@ def test_external_records_count_once_and_skip_records_without_id_or_tokens():
 
 def test_completion_data_is_a_copy():
     tokens = TokenUsage()
-    tokens.add_call("lead_agent", "a", [token_counts(usage(1, 1))])
+    tokens.add_call("c7", "lead_agent", "a", [token_counts(usage(1, 1))])
     tokens.completion_data()["token_usage_by_model"]["a"]["input_tokens"] = 99
     assert tokens.completion_data()["token_usage_by_model"]["a"]["input_tokens"] == 1
