@@ -20,11 +20,12 @@ _DETAILS = (
     ("reasoning_tokens", "output_token_details", "reasoning"),
 )
 TokenCounts = dict[str, int]
+_NUMBERS = (int, float)  # built once: an ``int | float`` union is a new object on every call
 
 
 def _int(value: Any) -> int:
     """A token figure as a non-negative int: 0 for non-numbers, bools, NaN and infinities."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, _NUMBERS):
         return 0
     return max(int(value), 0) if -math.inf < value < math.inf else 0
 
