@@ -1,0 +1,42 @@
+"""The journal's store write (``_put_journal_batch``) on every backend: events and run
+summaries in one write, all or nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from deerflow_journal import RunSummary
+
+
+def start_event(thread_id: str, run_id: str, user_id: str | None = None) -> dict[str, object]:
+    return {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "event_type": "run.start",
+        "category": "trace",
+        "content": {"chain": "agent"},
+        "metadata": {},
+        "user_id": user_id,
+    }
+
+
+async def test_a_journal_write_spans_threads_and_upserts_their_summaries(store):
+    events = [start_event("t1", "r1"), start_event("t2", "r2"), start_event("t1", "r1")]
+    summaries = [RunSummary(thread_id="t1", run_id="r1"), RunSummary(thread_id="t3", run_id="r3")]
+    await store._put_journal_batch(events, summaries)
+    assert [e["seq"] for e in await store.list_events("t1", "r1")] == [1, 2]
+    assert [e["seq"] for e in await store.list_events("t2", "r2")] == [1]
+    assert await store.get_run_summary("t3", "r3") == summaries[1]
+    ended = RunSummary(thread_id="t1", run_id="r1", status="success")
+    await store._put_journal_batch([], [ended])
+    assert await store.get_run_summary("t1", "r1") == ended
+
+
+async def test_a_journal_write_with_a_refused_summary_writes_nothing(store):
+    await store.put_run_summary(RunSummary(thread_id="t", run_id="r", user_id="alice"))
+    bob = RunSummary(thread_id="t", run_id="r", user_id="bob", status="success")
+    with pytest.raises(PermissionError):
+        await store._put_journal_batch([start_event("t", "r", "bob")], [bob])
+    assert await store.list_events("t", "r", user_id=None) == []
+    summary = await store.get_run_summary("t", "r", user_id=None)
+    assert summary is not None and summary.user_id == "alice"
