@@ -25,6 +25,8 @@ _NUMBERS = (int, float)  # built once: an ``int | float`` union is a new object 
 
 def _int(value: Any) -> int:
     """A token figure as a non-negative int: 0 for non-numbers, bools, NaN and infinities."""
+    if type(value) is int:  # the common case, on every model call: one check
+        return value if value > 0 else 0
     if isinstance(value, bool) or not isinstance(value, _NUMBERS):
         return 0
     return max(int(value), 0) if -math.inf < value < math.inf else 0
@@ -43,7 +45,8 @@ def token_counts(usage: Mapping[str, Any] | None) -> TokenCounts:
     }
     for bucket, section, key in _DETAILS:
         details = usage.get(section)
-        value = _int(details.get(key)) if isinstance(details, Mapping) else 0
+        # Most responses have no details: a falsy check spares the ABC isinstance.
+        value = _int(details.get(key)) if details and isinstance(details, Mapping) else 0
         if value:
             counts[bucket] = value
     return counts
