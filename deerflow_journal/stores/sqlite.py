@@ -226,8 +226,9 @@ class SqliteRunEventStore(RunEventStore):
         self, events: list[PendingEvent], summaries: list[dict[str, Any]]
     ) -> None:
         db = self._conn
-        # aiosqlite runs one function per round trip to its worker thread: the whole
-        # transaction goes as one function, not as one round trip per statement.
+        # aiosqlite's (private) _execute runs one function in its worker thread: the whole
+        # transaction is one round trip instead of one per statement; its public API has no
+        # way to do that.
         async with self._transaction_lock:
             await db._execute(_write_journal_batch, db._conn, events, summaries)
 
