@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -111,31 +112,45 @@ async def write_rate(store: Any, events: list[dict[str, Any]], batch: int) -> fl
     return len(events) / (time.perf_counter() - start)
 
 
-async def bench_writes(tmp: Path, count: int, singles: int) -> None:
-    events = make_events(count, 50)
-    single_events = make_events(singles, 5, thread_id=THREAD)
+async def bench_writes(tmp: Path, count: int, singles: int, rounds: int) -> None:
+    """Write rates of the floor and of every store, and each store's ratio to the floor.
+
+    The events are written in ``rounds`` slices; in each round the floor and then every store
+    write the same slice, so all of them see the same machine. A rate is the median of the
+    rounds' rates, a ratio the median of the same-round ratios: load from other processes
+    drifts slowly and cancels out.
+    """
+    workloads = {
+        "put_batch(20)": (make_events(count, 50), 20),
+        "single put": (make_events(singles, 5, thread_id=THREAD), 1),
+    }
     floor = await Floor.open(tmp / "floor.db")
-    floor_batch = await write_rate(floor, events, 20)
-    floor_single = await write_rate(floor, single_events, 1)
+    stores = {name: make() for name, make in candidate_stores(tmp).items()}
+    for store in stores.values():
+        await store.setup()
+    rates: dict[tuple[str, str], list[float]] = {}
+    for workload, (events, batch) in workloads.items():
+        size = -(-len(events) // rounds)
+        for start in range(0, len(events), size):
+            chunk = events[start : start + size]
+            for name, writer in {"floor": floor, **stores}.items():
+                rate = await write_rate(writer, chunk, batch)
+                rates.setdefault((name, workload), []).append(rate)
     await floor.close()
-    line("write floor aiosqlite put_batch(20)", floor_batch, "events/s")
-    line("write floor aiosqlite single put", floor_single, "events/s")
-    for name, make in candidate_stores(tmp).items():
-        async with make() as store:
-            batch_rate = await write_rate(store, events, 20)
-            single_rate = await write_rate(store, single_events, 1)
-        line(
-            f"write {name} put_batch(20)",
-            batch_rate,
-            "events/s",
-            f"{batch_rate / floor_batch:.2f}x floor",
-        )
-        line(
-            f"write {name} single put",
-            single_rate,
-            "events/s",
-            f"{single_rate / floor_single:.2f}x floor",
-        )
+    for store in stores.values():
+        await store.close()
+    for workload in workloads:
+        floor_rates = rates[("floor", workload)]
+        line(f"write floor aiosqlite {workload}", statistics.median(floor_rates), "events/s")
+        for name in stores:
+            mine = rates[(name, workload)]
+            ratio = statistics.median(m / f for m, f in zip(mine, floor_rates, strict=True))
+            line(
+                f"write {name} {workload}",
+                statistics.median(mine),
+                "events/s",
+                f"{ratio:.2f}x floor (median of {len(mine)} same-round ratios)",
+            )
 
 
 async def read_figures(store: RunEventStore, thread: str, first_seq: int, total: int) -> dict:
@@ -273,12 +288,13 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--singles", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5, help="slices the writes interleave in")
     parser.add_argument("--read-sizes", default="10000,100000")
     parser.add_argument("--sqlite-read-sizes", default="10000,100000,1000000")
     parser.add_argument("--skip-reads", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        await bench_writes(Path(tmp), args.events, args.singles)
+        await bench_writes(Path(tmp), args.events, args.singles, args.rounds)
     if not args.skip_reads:
         with tempfile.TemporaryDirectory() as tmp:
             await bench_reads(

@@ -12,7 +12,7 @@ import contextvars
 import enum
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
@@ -152,8 +152,12 @@ def _clean_text(text: str) -> str:
     return text
 
 
-def _plain(value: Any) -> Any:
-    """Rewrite what orjson refuses but ``json.dumps(default=str)`` would store, as strings."""
+def _plain(value: Any, default: Callable[[Any], Any]) -> Any:
+    """Rewrite what orjson refuses but ``json.dumps(default=str)`` would store, as strings.
+
+    A ``default`` other than ``str`` that turns a value into a dict or list (a model's dump)
+    has that result rewritten too.
+    """
     if isinstance(value, str):
         return _clean_text(value)
     if isinstance(value, bool) or value is None or isinstance(value, float):
@@ -162,26 +166,31 @@ def _plain(value: Any) -> Any:
         return value if _INT64[0] <= value <= _INT64[1] else str(value)
     if isinstance(value, Mapping):
         return {
-            _clean_text(k if isinstance(k, str) else json.dumps(k, default=str)): _plain(v)
+            _clean_text(k if isinstance(k, str) else json.dumps(k, default=str)): _plain(v, default)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, default) for v in value]
+    if default is not str:
+        converted = default(value)
+        if isinstance(converted, dict | list):
+            return _plain(converted, default)
     return value
 
 
-def encode_json(value: Any) -> str:
+def encode_json(value: Any, default: Callable[[Any], Any] = str) -> str:
     """Encode ``value`` as JSON text with ``json.dumps(default=str)`` semantics.
 
-    Values JSON cannot hold become their ``str()``; NaN and infinities become ``null`` and
-    integers beyond 64 bits become strings, and U+0000 and lone surrogates in strings become
-    U+FFFD, so that every
-    backend (PostgreSQL ``jsonb`` included) can store the text unchanged.
+    Values JSON cannot hold become their ``str()`` (or what ``default`` makes of them); NaN
+    and infinities become ``null`` and integers beyond 64 bits become strings, and U+0000 and
+    lone surrogates in strings become U+FFFD, so that every backend (PostgreSQL ``jsonb``
+    included) can store the text unchanged.
     """
     try:
-        text = orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()
+        text = orjson.dumps(value, default=default, option=_ORJSON_OPTIONS).decode()
     except TypeError:
-        text = orjson.dumps(_plain(value), default=str, option=_ORJSON_OPTIONS).decode()
+        text = orjson.dumps(_plain(value, default), default=default, option=_ORJSON_OPTIONS)
+        text = text.decode()
     if "\\u0000" in text:
         text = _ESCAPED_NUL.sub(r"\1\\ufffd", text)
     return text
@@ -205,6 +214,8 @@ def normalise_created_at(value: datetime | str | None, field: str = "created_at"
             raise ValueError(f"{field} is not an ISO-8601 timestamp: {value!r}") from None
     else:
         raise TypeError(f"{field} must be a datetime or an ISO-8601 string, got {value!r}")
+    if moment.tzinfo is UTC:  # the common case, and it cannot overflow
+        return moment.isoformat(timespec="microseconds")
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     try:
@@ -253,12 +264,13 @@ def normalise_event(
     max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
     index: int | None = None,
     now: str | None = None,
+    default: Callable[[Any], Any] = str,
 ) -> PendingEvent:
     """Validate one event mapping (``put`` keyword arguments) and normalise it for storage.
 
     Raises ``TypeError``/``ValueError`` naming the field, prefixed with ``event {index}:``
     when the event is part of a batch. ``now`` is the timestamp for events without
-    ``created_at`` (a batch shares one).
+    ``created_at`` (a batch shares one); ``default`` encodes values JSON cannot hold.
     """
     where = "" if index is None else f"event {index}: "
     if not isinstance(event, Mapping):
@@ -293,7 +305,7 @@ def normalise_event(
         metadata = dict(metadata)
     content = event.get("content", "")
 
-    content_json = _encode_field(content, "content", where)
+    content_json = _encode_field(content, "content", where, default)
     if max_trace_content is not None and category == "trace":
         text = _clean_text(content) if isinstance(content, str) else content_json
         raw = text.encode()
@@ -301,7 +313,7 @@ def normalise_event(
             content = raw[:max_trace_content].decode("utf-8", "ignore")
             content_json = encode_json(content)
             metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
-    metadata_json = _encode_field(metadata, "metadata", where)
+    metadata_json = _encode_field(metadata, "metadata", where, default)
     return PendingEvent(
         thread_id=thread_id,
         run_id=run_id,
@@ -319,9 +331,9 @@ def normalise_event(
     )
 
 
-def _encode_field(value: Any, field: str, where: str) -> str:
+def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], Any]) -> str:
     try:
-        return encode_json(value)
+        return encode_json(value, default)
     except (TypeError, RecursionError) as exc:
         # orjson says "Recursion limit reached" for deep or circular values: name the field.
         raise ValueError(f"{where}{field} cannot be stored as JSON: {exc}") from None
@@ -331,13 +343,16 @@ def normalise_batch(
     events: Sequence[Mapping[str, Any]],
     *,
     max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    default: Callable[[Any], Any] = str,
 ) -> list[PendingEvent]:
     """Normalise a whole batch before anything is written; errors name the event's index."""
     if isinstance(events, _NOT_BATCHES) or not isinstance(events, Sequence):
         raise TypeError(f"events must be a list of event dicts, got {type(events).__name__}")
     now = normalise_created_at(None)
     return [
-        normalise_event(event, max_trace_content=max_trace_content, index=i, now=now)
+        normalise_event(
+            event, max_trace_content=max_trace_content, index=i, now=now, default=default
+        )
         for i, event in enumerate(events)
     ]
 

@@ -2,12 +2,12 @@
 
 Callbacks only append to memory: events whose content may still hold LangChain messages and
 whose ``created_at`` is a ``time.time()`` float. A write takes everything pending when it
-starts, turns it into plain values and sends it with the pending run summaries in one store
-write, all or nothing; if the store fails, all of it goes back to the front of the buffer, so
-nothing is lost, duplicated or reordered. An event that can never be stored (its conversion or
-normalisation raises ``ValueError``/``TypeError``) is dropped alone, logged at ERROR. A write
-is never abandoned half way: cancelling a write waits for the store's outcome first. Writes
-run on an event loop chosen by the caller, as tracked tasks or futures, one at a time.
+starts and sends it with the pending run summaries in one store write (messages encoded as
+their ``model_dump()``), all or nothing; if the store fails, all of it goes back to the front
+of the buffer, so nothing is lost, duplicated or reordered. An event that can never be stored
+(its normalisation raises ``ValueError``/``TypeError``) is dropped alone, logged at ERROR. A
+write is never abandoned half way: cancelling a write waits for the store's outcome first.
+Writes run on an event loop chosen by the caller, as tracked tasks or futures, one at a time.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from deerflow_journal.journal.loops import running_loop
-from deerflow_journal.journal.mapping import plain
+from deerflow_journal.journal.mapping import MessageDumps
 from deerflow_journal.records import normalise_event
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.summary import RunSummary
@@ -36,11 +36,13 @@ logger = logging.getLogger(__name__)
 SummaryBuilder = Callable[[], RunSummary]
 
 
-def _plain_event(event: dict[str, Any], dumps: dict[int, Any]) -> dict[str, Any]:
+def _timestamped(event: dict[str, Any]) -> dict[str, Any]:
+    """Turn the event's ``time.time()`` into the datetime a store takes (in place: the event
+    is ours, and a retried batch finds it done)."""
     created_at = event["created_at"]
     if isinstance(created_at, float):
-        created_at = datetime.fromtimestamp(created_at, UTC)
-    return {**event, "content": plain(event["content"], dumps), "created_at": created_at}
+        event["created_at"] = datetime.fromtimestamp(created_at, UTC)
+    return event
 
 
 async def _to_the_end(write: Coroutine[Any, Any, Any]) -> tuple[BaseException | None, bool]:
@@ -212,9 +214,9 @@ class EventBuffer:
         events: list[dict[str, Any]],
         summaries: list[tuple[tuple[str, str], SummaryBuilder]],
     ) -> None:
-        dumps: dict[int, Any] = {}
-        batch = [_plain_event(event, dumps) for event in events]
-        await self.store._put_journal_batch(batch, [build() for _, build in summaries])
+        batch = [_timestamped(event) for event in events]
+        built = [build() for _, build in summaries]
+        await self.store._put_journal_batch(batch, built, MessageDumps())
 
     def _storable(self, events: list[dict[str, Any]], error: BaseException) -> list[dict[str, Any]]:
         """The events of a batch that failed with ``error``, less those that never can be stored."""
@@ -224,7 +226,9 @@ class EventBuffer:
         for event in events:
             try:
                 normalise_event(
-                    _plain_event(event, {}), max_trace_content=self.store.max_trace_content
+                    _timestamped(event),
+                    max_trace_content=self.store.max_trace_content,
+                    default=MessageDumps(),
                 )
             except (ValueError, TypeError) as exc:
                 logger.error(

@@ -4,9 +4,9 @@ Every function takes what a callback received and returns the keyword arguments 
 (``event_type``, ``category``, ``content``, ``metadata``) or the values they are built from.
 Nothing here does I/O or keeps state, so each rule is testable on its own.
 
-Content may still hold the callback's LangChain messages: ``plain()`` turns them into their
-``model_dump()`` when the batch is written, off the callback path (LangSmith's tracer defers
-serialisation the same way).
+Content may still hold the callback's LangChain messages: the batch that writes them encodes
+each as its ``model_dump()`` (``MessageDumps``), off the callback path (LangSmith's tracer
+defers serialisation the same way).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ __all__ = [
     "LEAD_AGENT",
     "UNRESOLVED_REASONS",
     "EventKwargs",
+    "MessageDumps",
     "UnresolvedReason",
     "ai_response_event",
     "caller_from_tags",
@@ -67,7 +68,6 @@ __all__ = [
     "message_text",
     "middleware_event",
     "model_name",
-    "plain",
     "response_messages",
     "run_end_event",
     "run_error_event",
@@ -86,9 +86,6 @@ LEAD_AGENT = "lead_agent"
 LAST_AI_MESSAGE_MAX_CHARS = 2000
 _CALLER_PREFIXES = ("subagent:", "middleware:")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-# Built once: a ``X | Y`` union in an isinstance call is a new object on every call.
-_SCALARS = (str, int, float, bool, type(None))
-_SEQUENCES = (list, tuple)
 
 UnresolvedReason = Literal["interrupted", "cancelled", "run_failed", "run_ended"]
 
@@ -147,26 +144,29 @@ def run_start_event(
     return _event(RUN_START_EVENT, {"chain": name}, {**(metadata or {}), "caller": caller})
 
 
-def plain(value: Any, dumps: dict[int, Any] | None = None) -> Any:
-    """Replace pydantic models (LangChain messages) in ``value`` by their ``model_dump()``.
+class MessageDumps:
+    """How one batch encodes what JSON cannot hold (the store's ``default`` hook).
 
-    ``dumps`` caches the dumps by object id across the values of one batch, where the same
-    message often appears twice (its own event and the run's final outputs).
+    Pydantic models (LangChain messages) become their ``model_dump()``, computed once per
+    object: the same message is often in two events of a batch (its own, and the run's final
+    outputs). Other mappings become dicts; anything else its ``str()``, as in every write.
     """
-    if isinstance(value, _SCALARS):
-        return value
-    if isinstance(value, BaseModel):
-        if dumps is None:
-            return value.model_dump()
-        dump = dumps.get(id(value))
-        if dump is None:
-            dump = dumps[id(value)] = value.model_dump()
-        return dump
-    if isinstance(value, Mapping):
-        return {key: plain(item, dumps) for key, item in value.items()}
-    if isinstance(value, _SEQUENCES):
-        return [plain(item, dumps) for item in value]
-    return value
+
+    __slots__ = ("_dumps",)
+
+    def __init__(self) -> None:
+        self._dumps: dict[int, dict[str, Any]] = {}
+
+    def __call__(self, value: Any) -> Any:
+        """Return what ``value`` is stored as."""
+        if isinstance(value, BaseModel):
+            dump = self._dumps.get(id(value))  # the batch keeps ``value`` alive
+            if dump is None:
+                dump = self._dumps[id(value)] = value.model_dump()
+            return dump
+        if isinstance(value, Mapping):
+            return dict(value)
+        return str(value)
 
 
 def run_end_event(outputs: Any) -> EventKwargs:

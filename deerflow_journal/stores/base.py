@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -367,14 +367,18 @@ class RunEventStore(ABC):
     # -- the journal's writes ----------------------------------------------------------------
 
     async def _put_journal_batch(
-        self, events: Sequence[Mapping[str, Any]], summaries: Sequence[RunSummary]
+        self,
+        events: Sequence[Mapping[str, Any]],
+        summaries: Sequence[RunSummary],
+        default: Callable[[Any], Any] = str,
     ) -> None:
         """Append ``events`` and upsert ``summaries`` in one write, all or nothing.
 
-        ``RunJournal``'s flush: normalised like ``put_batch`` and ``put_run_summary``, but
-        returns no records and is not shielded, since the journal awaits it to the end itself.
+        ``RunJournal``'s flush: normalised like ``put_batch`` (``default`` encodes the values
+        JSON cannot hold) and ``put_run_summary``, but returns no records and is not shielded,
+        since the journal awaits it to the end itself.
         """
-        pending = normalise_batch(events, max_trace_content=self.max_trace_content)
+        pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
         data = [_summary_data(summary) for summary in summaries]
         await self._ready()
         await self._append_with_summaries(pending, data)

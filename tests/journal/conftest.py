@@ -44,9 +44,11 @@ def journal_events_honour_the_contract(monkeypatch: pytest.MonkeyPatch) -> Itera
     monkeypatch.setattr(RunEventStore, "put_batch", checked_put_batch)
     original_journal_batch = RunEventStore._put_journal_batch
 
-    async def checked_journal_batch(self: RunEventStore, events: Any, summaries: Any) -> None:
-        await original_journal_batch(self, events, summaries)
-        pending = normalise_batch(events, max_trace_content=self.max_trace_content)
+    async def checked_journal_batch(
+        self: RunEventStore, events: Any, summaries: Any, default: Any = str
+    ) -> None:
+        await original_journal_batch(self, events, summaries, default)
+        pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
         for seq, event in enumerate(pending, start=1):
             check(event.record(seq))
 

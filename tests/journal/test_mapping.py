@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
@@ -12,7 +13,13 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, Interrupt
 
 from deerflow_journal.journal import mapping
+from deerflow_journal.records import decode_json, encode_json
 from tests.journal.agents import ai
+
+
+def plain(value: Any) -> Any:
+    """``value`` as a journal batch stores it."""
+    return decode_json(encode_json(value, mapping.MessageDumps()))
 
 
 def test_caller_is_the_last_caller_tag():
@@ -48,19 +55,26 @@ def test_run_end_carries_the_outputs_with_messages_dumped_when_written():
     event = mapping.run_end_event({"messages": [HumanMessage("hi", id="h")], "n": (1, 2)})
     assert event["event_type"] == "run.end" and event["category"] == "outputs"
     assert event["metadata"] == {"status": "success"}
-    content = mapping.plain(event["content"])
+    content = plain(event["content"])
     assert content["messages"][0] == HumanMessage("hi", id="h").model_dump()
     assert content["n"] == [1, 2]
 
 
-def test_plain_dumps_models_anywhere_and_keeps_everything_else():
+def test_message_dumps_encode_models_anywhere_and_everything_else_as_stores_do():
     message = AIMessage("x", id="a")
-    assert mapping.plain(message) == message.model_dump()
-    assert mapping.plain({"a": [message, 1, "s", None]}) == {
-        "a": [message.model_dump(), 1, "s", None]
-    }
+    assert plain(message) == message.model_dump()
+    assert plain({"a": [message, 1, "s", None]}) == {"a": [message.model_dump(), 1, "s", None]}
     marker = object()
-    assert mapping.plain(marker) is marker
+    assert plain({"m": marker}) == {"m": str(marker)}
+    # Beyond 64 bits orjson refuses an int: the fallback still dumps the model around it.
+    big = AIMessage("x", id="b", additional_kwargs={"n": 2**70})
+    assert plain(big)["additional_kwargs"] == {"n": str(2**70)}
+
+
+def test_message_dumps_dump_each_model_once_per_batch():
+    message = AIMessage("x", id="a")
+    dumps = mapping.MessageDumps()
+    assert dumps(message) is dumps(message)
 
 
 def test_run_error_names_the_error_type():
@@ -128,7 +142,7 @@ def test_human_input_is_the_message_dump_for_the_lead_agent():
     message = HumanMessage("hi", id="h1")
     event = mapping.human_input_event(message)
     assert event["event_type"] == "llm.human.input" and event["category"] == "message"
-    assert mapping.plain(event["content"]) == message.model_dump()
+    assert plain(event["content"]) == message.model_dump()
     assert event["metadata"] == {"caller": "lead_agent"}
 
 
@@ -136,7 +150,7 @@ def test_ai_response_is_the_message_dump_with_call_metadata():
     message = ai("hello", calls=[("add", {"a": 1}, "c1")], msg_id="m1")
     event = mapping.ai_response_event(message, caller="lead_agent", latency_ms=7, llm_call_index=2)
     assert event["event_type"] == "llm.ai.response" and event["category"] == "message"
-    content = mapping.plain(event["content"])
+    content = plain(event["content"])
     assert content == message.model_dump() and content["type"] == "ai"
     assert event["metadata"] == {
         "caller": "lead_agent",
@@ -201,7 +215,7 @@ def test_tool_message_output_is_one_tool_result():
     assert mapping.tool_result_messages(message) == [message]
     event = mapping.tool_result_event(message, "lead_agent")
     assert event["event_type"] == "llm.tool.result" and event["category"] == "message"
-    assert mapping.plain(event["content"]) == message.model_dump()
+    assert plain(event["content"]) == message.model_dump()
     assert event["metadata"] == {"caller": "lead_agent", "tool_call_id": "c1"}
 
 
