@@ -181,7 +181,7 @@ class JsonlRunEventStore(RunEventStore):
     def _append_if_absent_sync(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         with self._locked([event.thread_id]) as held:
             cache = self._refreshed(held[event.thread_id])
-            for row in cache.index("all", event.run_id, event.user_id).rows:
+            for row in cache.indexes.get("all", event.run_id, event.user_id).rows:
                 if row.event_type == event.event_type and row.user_id == event.user_id:
                     return row.record(), False
             return self._write(held, [event])[0], True
@@ -254,7 +254,7 @@ class JsonlRunEventStore(RunEventStore):
             return []
 
         def query(cache: ThreadCache) -> list[RunEvent]:
-            return [row.record() for row in cache.index("msg", run_id, user_id).page(page)]
+            return [row.record() for row in cache.indexes.get("msg", run_id, user_id).page(page)]
 
         return await self._read(thread_id, query, [])
 
@@ -273,7 +273,7 @@ class JsonlRunEventStore(RunEventStore):
 
         def query(cache: ThreadCache) -> list[RunEvent]:
             out: list[RunEvent] = []
-            for row in cache.index("all", run_id, user_id).after(after_seq):
+            for row in cache.indexes.get("all", run_id, user_id).after(after_seq):
                 if event_types is not None and row.event_type not in event_types:
                     continue
                 if task_id is not None and row.task_id != task_id:
@@ -291,7 +291,7 @@ class JsonlRunEventStore(RunEventStore):
         def query(cache: ThreadCache) -> dict[str, int]:
             found: dict[str, int] = {}
             for run_id in run_ids:
-                for row in reversed(cache.index("msg", run_id, user_id).rows):
+                for row in reversed(cache.indexes.get("msg", run_id, user_id).rows):
                     caller = row.caller
                     if row.event_type in AI_RESPONSE_EVENT_TYPES and not (
                         isinstance(caller, str) and caller.startswith("middleware:")
@@ -303,7 +303,9 @@ class JsonlRunEventStore(RunEventStore):
         return await self._read(thread_id, query, {})
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
-        return await self._read(thread_id, lambda c: len(c.index("msg", None, user_id).rows), 0)
+        return await self._read(
+            thread_id, lambda c: len(c.indexes.get("msg", None, user_id).rows), 0
+        )
 
     # -- deletes -----------------------------------------------------------------------------
 
@@ -319,7 +321,7 @@ class JsonlRunEventStore(RunEventStore):
             self._drop_cache(thread_id)
             # Marked first, so that every reader re-reads the thread even if this is cut short.
             lt.mark_shrunk()
-            runs = cache.run_ids() if run_id is None else [run_id]
+            runs = cache.indexes.run_ids() if run_id is None else [run_id]
             deleted = sum(_delete_rows(lt.paths, cache, run, user_id) for run in runs)
             if run_id is None and user_id is None:
                 for name in run_file_sizes(lt.paths):
@@ -385,7 +387,7 @@ def _write_thread(
 
 
 def _delete_rows(paths: ThreadPaths, cache: ThreadCache, run_id: str, user_id: str | None) -> int:
-    rows = cache.index("all", run_id, None).rows
+    rows = cache.indexes.get("all", run_id, None).rows
     doomed = sum(1 for row in rows if user_id is None or row.user_id == user_id)
     if doomed == len(rows):
         paths.run_file(run_id).unlink(missing_ok=True)

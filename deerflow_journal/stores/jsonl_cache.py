@@ -8,20 +8,19 @@ or a rolled-back batch shrank files) everything is read again.
 
 from __future__ import annotations
 
-import bisect
 import logging
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from deerflow_journal.records import PendingEvent, RunEvent
-from deerflow_journal.stores.base import MessagePage
 from deerflow_journal.stores.jsonl_files import ThreadState, read_lines, run_file_sizes
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
+from deerflow_journal.stores.seq_index import ThreadIndexes
 
-__all__ = ["Row", "RowIndex", "ThreadCache", "encode_line"]
+__all__ = ["Row", "ThreadCache", "encode_line"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,39 +119,6 @@ class Row:
         return data
 
 
-@dataclass(slots=True)
-class RowIndex:
-    """Rows in ascending seq with a parallel seq list for O(log n) range lookups."""
-
-    seqs: list[int] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
-
-    def add(self, row: Row) -> None:
-        """Append a row whose seq is above every seq already here."""
-        self.seqs.append(row.seq)
-        self.rows.append(row)
-
-    def page(self, page: MessagePage) -> list[Row]:
-        """The rows of a message page (see ``RunEventStore.list_messages``)."""
-        lo = 0 if page.after_seq is None else bisect.bisect_right(self.seqs, page.after_seq)
-        hi = len(self.seqs)
-        if page.before_seq is not None:
-            hi = bisect.bisect_left(self.seqs, page.before_seq)
-        if hi <= lo:
-            return []
-        if page.from_end:
-            return self.rows[max(lo, hi - page.limit) : hi]
-        return self.rows[lo : min(hi, lo + page.limit)]
-
-    def after(self, after_seq: int | None) -> Iterator[Row]:
-        """The rows above ``after_seq``, in order."""
-        start = 0 if after_seq is None else bisect.bisect_right(self.seqs, after_seq)
-        return (self.rows[i] for i in range(start, len(self.rows)))
-
-
-_EMPTY = RowIndex()
-
-
 class ThreadCache:
     """What this process has read of one thread's run files."""
 
@@ -166,19 +132,11 @@ class ThreadCache:
         self.gen: int | None = None
         self.epoch: int | None = None
         self.offsets: dict[str, int] = {}
-        self.indexes: dict[tuple[str, str | None, str | None], RowIndex] = {}
+        self.indexes: ThreadIndexes[Row] = ThreadIndexes()
 
     def matches(self, state: ThreadState) -> bool:
         """Whether the cache holds exactly what ``state`` describes."""
         return self.gen == state.gen and self.epoch == state.epoch
-
-    def index(self, kind: str, run_id: str | None, user_id: str | None) -> RowIndex:
-        """Rows of ``kind`` ("all" or "msg"), optionally of one run and one user."""
-        return self.indexes.get((kind, run_id, user_id), _EMPTY)
-
-    def run_ids(self) -> list[str]:
-        """Every run with at least one row."""
-        return [run for kind, run, user in self.indexes if kind == "all" and run and not user]
 
     def refresh(self, paths: ThreadPaths, state: ThreadState) -> None:
         """Read what changed on disk since the last refresh (call with the thread locked)."""
@@ -225,20 +183,9 @@ class ThreadCache:
 
     def _add(self, rows: Iterable[Row]) -> None:
         rows = sorted(rows, key=lambda row: row.seq)
-        top = self.index("all", None, None).seqs
-        if rows and top and rows[0].seq <= top[-1]:
-            rows = sorted([*self.index("all", None, None).rows, *rows], key=lambda r: r.seq)
-            self.indexes = {}
+        known = self.indexes.rows()
+        if rows and known and rows[0].seq <= known[-1].seq:
+            rows = sorted([*known, *rows], key=lambda r: r.seq)
+            self.indexes = ThreadIndexes()
         for row in rows:
-            self._add_row(row)
-
-    def _add_row(self, row: Row) -> None:
-        kinds = ("all", "msg") if row.category == "message" else ("all",)
-        for user in {None, row.user_id}:
-            for run in (None, row.run_id):
-                for kind in kinds:
-                    key = (kind, run, user)
-                    index = self.indexes.get(key)
-                    if index is None:
-                        index = self.indexes[key] = RowIndex()
-                    index.add(row)
+            self.indexes.add(row, row.run_id, row.user_id, row.category == "message")

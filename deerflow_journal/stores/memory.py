@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.seq_index import SeqIndex, ThreadIndexes
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MemoryRunEventStore"]
@@ -39,65 +38,24 @@ class _Row:
         }
 
 
-@dataclass(slots=True)
-class _Index:
-    """Rows in ascending seq with a parallel seq list for O(log n) range lookups."""
-
-    seqs: list[int] = field(default_factory=list)
-    rows: list[_Row] = field(default_factory=list)
-
-    def add(self, row: _Row) -> None:
-        self.seqs.append(row.seq)
-        self.rows.append(row)
-
-    def page(self, page: MessagePage) -> list[_Row]:
-        lo = 0 if page.after_seq is None else bisect.bisect_right(self.seqs, page.after_seq)
-        hi = (
-            len(self.seqs)
-            if page.before_seq is None
-            else bisect.bisect_left(self.seqs, page.before_seq)
-        )
-        if hi <= lo:
-            return []
-        if page.from_end:
-            return self.rows[max(lo, hi - page.limit) : hi]
-        return self.rows[lo : min(hi, lo + page.limit)]
-
-    def after(self, after_seq: int | None) -> Iterator[_Row]:
-        start = 0 if after_seq is None else bisect.bisect_right(self.seqs, after_seq)
-        return (self.rows[i] for i in range(start, len(self.rows)))
-
-
 class _Thread:
-    """One thread's rows and indexes, keyed by (kind, run_id, user_id)."""
+    """One thread's rows and indexes, and the last seq it gave out (deletes keep it)."""
 
     __slots__ = ("indexes", "last_seq")
 
     def __init__(self, last_seq: int = 0) -> None:
         self.last_seq = last_seq
-        self.indexes: dict[tuple[str, str | None, str | None], _Index] = {}
+        self.indexes: ThreadIndexes[_Row] = ThreadIndexes()
 
     def add(self, row: _Row) -> None:
         e = row.event
-        is_message = e.category == "message"
-        for user in {None, e.user_id}:
-            for run in (None, e.run_id):
-                self._index("all", run, user).add(row)
-                if is_message:
-                    self._index("msg", run, user).add(row)
+        self.indexes.add(row, e.run_id, e.user_id, e.category == "message")
 
-    def _index(self, kind: str, run_id: str | None, user_id: str | None) -> _Index:
-        key = (kind, run_id, user_id)
-        index = self.indexes.get(key)
-        if index is None:
-            index = self.indexes[key] = _Index()
-        return index
-
-    def get(self, kind: str, run_id: str | None, user_id: str | None) -> _Index:
-        return self.indexes.get((kind, run_id, user_id)) or _Index()
+    def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[_Row]:
+        return self.indexes.get(kind, run_id, user_id)
 
     def rows(self) -> list[_Row]:
-        return self.get("all", None, None).rows
+        return self.indexes.rows()
 
 
 class MemoryRunEventStore(RunEventStore):

@@ -469,19 +469,32 @@ print("exiting with the run still open")
 """
 
 
-def test_nothing_the_journal_opens_keeps_the_interpreter_alive(tmp_path):
+def run_program(source: str, cwd: Path) -> str:
+    """Run ``source`` in a new interpreter using the default store under ``cwd``; its stdout.
+
+    The timeout is a hang guard: a leftover non-daemon thread would block exit forever.
+    """
     env = {k: v for k, v in os.environ.items() if k != "DEERFLOW_JOURNAL_URL"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", ABANDONED_RUN],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,  # a hang guard: a leftover non-daemon thread would block exit forever
-    )
+    command = [sys.executable, "-c", source]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "exiting with the run still open" in done.stdout
+    return done.stdout
+
+
+def stored_run(directory: Path, run_id: str) -> tuple[list[str], Any]:
+    """Event types and summary of thread ``owned``'s run in the default store of ``directory``."""
+
+    async def read() -> tuple[list[str], Any]:
+        async with open_store(f"sqlite:///{directory / '.deer-flow' / 'journal.db'}") as store:
+            events = await store.list_events("owned", run_id)
+            return [e["event_type"] for e in events], await store.get_run_summary("owned", run_id)
+
+    return asyncio.run(read())
+
+
+def test_nothing_the_journal_opens_keeps_the_interpreter_alive(tmp_path):
+    assert "exiting with the run still open" in run_program(ABANDONED_RUN, tmp_path)
 
 
 OWNED_STORE_INVOKE = """
@@ -496,25 +509,7 @@ print(journal.run_id)
 
 
 def test_invoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "DEERFLOW_JOURNAL_URL"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", OWNED_STORE_INVOKE],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    run_id = done.stdout.strip()
-
-    async def read() -> tuple[list[str], Any]:
-        async with open_store(f"sqlite:///{tmp_path / '.deer-flow' / 'journal.db'}") as store:
-            events = await store.list_events("owned", run_id)
-            return [e["event_type"] for e in events], await store.get_run_summary("owned", run_id)
-
-    types, summary = asyncio.run(read())
+    types, summary = stored_run(tmp_path, run_program(OWNED_STORE_INVOKE, tmp_path).strip())
     assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     assert summary is not None and summary.status == "success"
 
@@ -548,21 +543,6 @@ print(journal.run_id)
 
 
 def test_ainvoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "DEERFLOW_JOURNAL_URL"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-c", OWNED_STORE_AINVOKE],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    run_id = done.stdout.strip()
-
-    async def read() -> list[str]:
-        async with open_store(f"sqlite:///{tmp_path / '.deer-flow' / 'journal.db'}") as store:
-            return [e["event_type"] for e in await store.list_events("owned", run_id)]
-
-    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    types, summary = stored_run(tmp_path, run_program(OWNED_STORE_AINVOKE, tmp_path).strip())
+    assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert summary is not None and summary.status == "success"
