@@ -167,12 +167,15 @@ def journaled(store: RunEventStore) -> Variant:
     return run
 
 
-async def end_to_end(invocations: int, rounds: int) -> tuple[float, dict[str, float]]:
-    """Seconds per run without callbacks, and each variant's ratio to it.
+async def end_to_end(
+    invocations: int, rounds: int
+) -> tuple[float, dict[str, tuple[float, float, float]]]:
+    """Seconds per run without callbacks, and each variant's ratio to it (median, min, max).
 
     Every round runs each variant once, back to back; a variant's ratio is the median over
     rounds of its time divided by the same round's time without callbacks, so that load from
-    other processes, which drifts slowly, cancels out.
+    other processes, which drifts slowly, cancels out. The spread of the same-round ratios
+    shows how much of a difference is noise.
     """
     with tempfile.TemporaryDirectory() as tmp:
         variants: dict[str, Variant] = {
@@ -199,10 +202,10 @@ async def end_to_end(invocations: int, rounds: int) -> tuple[float, dict[str, fl
         if sqlite is not None:
             await sqlite.close()
     base = times["no callbacks"]
-    ratios = {
-        name: statistics.median(t / b for t, b in zip(values, base, strict=True))
-        for name, values in times.items()
-    }
+    ratios = {}
+    for name, values in times.items():
+        same_round = [t / b for t, b in zip(values, base, strict=True)]
+        ratios[name] = (statistics.median(same_round), min(same_round), max(same_round))
     return statistics.median(base) / invocations, ratios
 
 
@@ -226,10 +229,12 @@ async def main(runs: int, invocations: int, rounds: int) -> None:
         if name not in ratios:
             line(f"ainvoke x{invocations} {name}", "not measured", "store not available")
             continue
+        median, low, high = ratios[name]
+        spread = f"rounds {low:.3f}-{high:.3f}"
         line(
             f"ainvoke x{invocations} {name}",
-            f"{ratios[name]:.3f}x no callbacks",
-            targets.get(name, ""),
+            f"{median:.3f}x no callbacks",
+            f"{spread}; {targets[name]}" if name in targets else spread,
         )
 
 
@@ -237,6 +242,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=500, help="simulated runs for callback cost")
     parser.add_argument("--invocations", type=int, default=200, help="ainvoke calls per round")
-    parser.add_argument("--rounds", type=int, default=5, help="repeats of each measurement")
+    parser.add_argument("--rounds", type=int, default=7, help="repeats of each measurement")
     args = parser.parse_args()
     asyncio.run(main(args.runs, args.invocations, args.rounds))
