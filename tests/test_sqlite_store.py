@@ -461,3 +461,19 @@ async def test_read_queries_search_their_index_and_never_scan(tmp_path: Path, us
             assert not [d for d in plan if d.startswith("SCAN run_")], (sql, plan)
             assert any(d.startswith("SEARCH run_") and index in d for d in plan), (sql, plan)
         await db.set_trace_callback(None)
+
+
+@pytest.mark.parametrize("size", [1, 3000, sqlite_module.ROWS_PER_STATEMENT + 1])
+async def test_a_cancelled_write_is_committed_when_the_cancellation_is_seen(tmp_path, size):
+    """Another connection, not the store's own queue, sees the whole write at once."""
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        write = store.put(**ev()) if size == 1 else store.put_batch([ev()] * size)
+        task = asyncio.ensure_future(write)
+        for _ in range(3):  # into the write: normalised, handed to the worker thread
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with sqlite3.connect(path) as other:
+            assert other.execute("SELECT count(*) FROM run_events").fetchone() == (size,)

@@ -100,7 +100,7 @@ async def _finish(write: Awaitable[T]) -> T:
     ``CancelledError``: what the store holds is never in doubt, and a retry after a
     cancellation may find the write already done.
     """
-    task = asyncio.ensure_future(write)
+    task = asyncio.ensure_future(write)  # a future stays itself: no task
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
@@ -392,8 +392,12 @@ class RunEventStore(ABC):
     async def _close(self) -> None: ...
 
     @abstractmethod
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        """Persist ``events`` in one atomic step, assigning seq per thread in input order."""
+    def _append(self, events: list[PendingEvent]) -> Awaitable[list[RunEvent]]:
+        """Persist ``events`` in one atomic step, assigning seq per thread in input order.
+
+        A coroutine, or a future already under way (``_finish`` then shields it without
+        wrapping it in a task).
+        """
 
     @abstractmethod
     async def _append_with_summaries(

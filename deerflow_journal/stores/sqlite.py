@@ -20,10 +20,10 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aiosqlite
 
@@ -39,6 +39,8 @@ from deerflow_journal.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["BUSY_TIMEOUT_SECONDS", "ROWS_PER_STATEMENT", "SqliteRunEventStore"]
+
+T = TypeVar("T")
 
 #: How long a writer waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -171,6 +173,20 @@ class SqliteRunEventStore(RunEventStore):
             raise RuntimeError("the store is closed; use `await store.setup()` to reopen it")
         return self._db
 
+    def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Queue ``fn(sqlite3_connection, *args)`` on aiosqlite's worker thread; its future.
+
+        Several statements in one call are one round trip. This is what aiosqlite's private
+        ``_execute`` does, minus the coroutine around the future: the caller may shield the
+        future without a task, and the call runs to its end even if nobody waits for it.
+        """
+        db = self._conn
+        if not db._running or db._connection is None:
+            raise ValueError("the store's connection is closed")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        db._tx.put_nowait((future, functools.partial(fn, db._connection, *args)))
+        return future
+
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one statement in one round trip, after any transaction another task holds."""
         if self._transaction_lock.locked():
@@ -208,10 +224,19 @@ class SqliteRunEventStore(RunEventStore):
 
     # -- writes ------------------------------------------------------------------------------
 
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        if len(events) == 1:
-            returned = await self._write(_APPEND_ONE_SQL, _batch_params(events))
-        elif len(events) <= ROWS_PER_STATEMENT:
+    def _append(self, events: list[PendingEvent]) -> Awaitable[list[RunEvent]]:
+        if (
+            len(events) <= ROWS_PER_STATEMENT
+            and self._conn.isolation_level is None
+            and not self._transaction_lock.locked()
+        ):
+            # One autocommit statement, its records built on the worker thread too: one
+            # round trip, and a future the caller can shield without a task.
+            return self._submit(_insert_events, events)
+        return self._append_in_transaction(events)
+
+    async def _append_in_transaction(self, events: list[PendingEvent]) -> list[RunEvent]:
+        if len(events) <= ROWS_PER_STATEMENT:
             returned = await self._write(_append_sql(len(events)), _batch_params(events))
         else:
             returned = []
@@ -225,12 +250,8 @@ class SqliteRunEventStore(RunEventStore):
     async def _append_with_summaries(
         self, events: list[PendingEvent], summaries: list[dict[str, Any]]
     ) -> None:
-        db = self._conn
-        # aiosqlite's (private) _execute runs one function in its worker thread: the whole
-        # transaction is one round trip instead of one per statement; its public API has no
-        # way to do that.
-        async with self._transaction_lock:
-            await db._execute(_write_journal_batch, db._conn, events, summaries)
+        async with self._transaction_lock:  # its BEGIN must not join another task's transaction
+            await self._submit(_write_journal_batch, events, summaries)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         while True:
@@ -406,6 +427,12 @@ def _daemon_connection(path: str) -> aiosqlite.Connection:
     builder.start()
     builder.join()
     return built[0]
+
+
+def _insert_events(conn: sqlite3.Connection, events: list[PendingEvent]) -> list[RunEvent]:
+    """Append ``events`` in one autocommit statement and return their records (worker thread)."""
+    sql = _APPEND_ONE_SQL if len(events) == 1 else _append_sql(len(events))
+    return _numbered(events, conn.execute(sql, _batch_params(events)).fetchall())
 
 
 def _write_journal_batch(
