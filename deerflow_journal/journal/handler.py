@@ -81,8 +81,8 @@ class RunJournal(GraphCallbackHandler):
         progress_reporter: Async callable receiving ``get_completion_data()`` snapshots.
         progress_flush_interval: Minimum seconds between two progress snapshots.
         workspace_roots: Directories whose file changes each run records as one
-            ``workspace_changes`` event (snapshot at run start, diff at run end; the first
-            tool of a run waits for a snapshot still in progress).
+            ``workspace_changes`` event (snapshot at run start, which the run's first step
+            waits for; diff at run end).
         workspace_limits: Bounds of those snapshots and diffs.
     """
 
@@ -199,7 +199,26 @@ class RunJournal(GraphCallbackHandler):
 
     # -- chains --------------------------------------------------------------------------------
 
-    def on_chain_start(
+    @property
+    def on_chain_start(self) -> Callable[..., Any]:
+        """Start a run at a root chain; remember nested chains as part of their run.
+
+        With ``workspace_roots``, LangChain's async dispatcher is handed a coroutine function:
+        the root chain then awaits its workspace snapshot without blocking the event loop, so
+        no step of the run changes a file before the snapshot saw it. Everyone else (the sync
+        dispatcher, subclasses, direct calls) gets the plain method; a run started under a
+        plain ``invoke`` blocks until its snapshot is taken.
+        """
+        if self._workspace is not None and looked_up_by_async_dispatcher():
+            return self._await_chain_start
+        return self._chain_start
+
+    async def _await_chain_start(
+        self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
+    ) -> None:
+        await WorkspaceTracker.wait_async(self._chain_start(serialized, inputs, **kwargs))
+
+    def _chain_start(
         self,
         serialized: dict[str, Any] | None,
         inputs: Any,
@@ -209,17 +228,17 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
-    ) -> None:
-        """Start a run at a root chain; remember nested chains as part of their run."""
+    ) -> Snapshot | None:
+        """Book a chain start; return a root's workspace snapshot (``None``: nothing to wait)."""
         if parent_run_id is None:
-            self._start_run(
+            return self._start_run(
                 run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
             )
-            return
         # One dict lookup and one store, each atomic: nested chains need no lock.
         state = self._runs.get(parent_run_id)
         if state is not None:
             self._runs[run_id] = state
+        return None
 
     def _start_run(
         self,
@@ -227,7 +246,12 @@ class RunJournal(GraphCallbackHandler):
         name: str | None,
         tags: list[str] | None,
         metadata: dict[str, Any] | None,
-    ) -> None:
+    ) -> Snapshot | None:
+        """Bind the next run to a root chain and write its ``run.start``.
+
+        A run under a plain ``invoke`` waits here for its workspace snapshot; one under
+        ``ainvoke`` gets it back to await.
+        """
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()
@@ -249,6 +273,7 @@ class RunJournal(GraphCallbackHandler):
             self._queue_summary(state)
         if sync:
             WorkspaceTracker.wait(snapshot)
+        return snapshot
 
     def on_chain_end(
         self,
@@ -484,46 +509,25 @@ class RunJournal(GraphCallbackHandler):
 
     # -- tools ---------------------------------------------------------------------------------
 
-    @property
-    def on_tool_start(self) -> Callable[..., Any]:
-        """Time the tool, remember which call it answers, wait for the run's start snapshot.
-
-        With ``workspace_roots``, LangChain's async dispatcher is handed a coroutine function:
-        an async tool then awaits a snapshot still in progress instead of blocking the event
-        loop. Everyone else (the sync dispatcher, subclasses, direct calls) gets the plain
-        method, which blocks until the snapshot is taken.
-        """
-        if self._workspace is not None and looked_up_by_async_dispatcher():
-            return self._await_tool_start
-        return self._tool_start
-
-    def _tool_start(self, serialized: dict[str, Any] | None, input_str: str, **kwargs: Any) -> None:
-        WorkspaceTracker.wait(self._tool_started(serialized, **kwargs))
-
-    async def _await_tool_start(
-        self, serialized: dict[str, Any] | None, input_str: str, **kwargs: Any
-    ) -> None:
-        await WorkspaceTracker.wait_async(self._tool_started(serialized, **kwargs))
-
-    def _tool_started(
+    def on_tool_start(
         self,
         serialized: dict[str, Any] | None,
+        input_str: str,
         *,
         run_id: UUID,
         parent_run_id: UUID | None = None,
         **kwargs: Any,
-    ) -> Snapshot | None:
-        """Book a tool start; return the run's workspace snapshot (``None``: nothing to wait)."""
+    ) -> None:
+        """Time the tool and remember which call it answers."""
         name = kwargs.get("name") or (serialized or {}).get("name")
         with self._lock:
             state = self._parent_run(parent_run_id)
             if state is None:
-                return None
+                return
             self._runs[run_id] = state
             state.tool_starts[run_id] = ToolStart(
                 time.monotonic(), kwargs.get("tool_call_id"), name
             )
-        return state.workspace_before
 
     def on_tool_end(
         self,

@@ -1,8 +1,8 @@
 """Workspace changes of a run: a snapshot at run start, a diff at run end, off every event loop.
 
 Both scans run on the journal's background loop (in its worker threads), so a callback running
-on the caller's loop never scans. ``wait`` and ``wait_async`` let the first tool of a run wait
-for a snapshot still in progress, so no tool changes a file before the snapshot saw it.
+on the caller's loop never scans. ``wait`` and ``wait_async`` let a run's root chain wait for
+its snapshot, so no step of the run changes a file before the snapshot saw it.
 """
 
 from __future__ import annotations

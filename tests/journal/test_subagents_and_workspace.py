@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 from langchain_core.callbacks import (
-    BaseCallbackHandler,
     adispatch_custom_event,
     dispatch_custom_event,
 )
 from langchain_core.messages import AIMessage
-from langchain_core.tools import StructuredTool, tool
+from langchain_core.tools import tool
 from langgraph.config import get_stream_writer
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -168,58 +167,70 @@ async def test_a_run_that_changes_no_file_records_no_workspace_event(tmp_path):
     assert "workspace_changes" not in types and types[-1] == "run.end"
 
 
-class ToolStartSignal(BaseCallbackHandler):
-    """Listed before the journal: tells when a tool starts (on the loop for async tools)."""
-
-    run_inline = True
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-
-    def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
-        self.started.set()
-
-
-@pytest.mark.parametrize("kind", ["sync tool", "async tool"])
-async def test_the_first_tool_waits_for_a_snapshot_still_in_progress(tmp_path, monkeypatch, kind):
-    """The snapshot is released by a task on the caller's loop once the tool is starting: a
-    tool start that blocked the loop would leave it waiting until its deadlock guard."""
-    root = workspace(tmp_path)
-    order: list[str] = []
-    signal, release = ToolStartSignal(), threading.Event()
+def gated_snapshots(monkeypatch: pytest.MonkeyPatch, order: list[str]) -> threading.Event:
+    """Make each workspace snapshot wait until the returned event is set (10 s at most)."""
+    release = threading.Event()
     real_capture = tracker_module.capture_workspace_snapshot
 
     async def slow_capture(*args: Any, **kwargs: Any) -> Any:
-        if not await asyncio.to_thread(release.wait, 10):  # still scanning as the tool starts
-            order.append("the event loop was blocked")
+        if not await asyncio.to_thread(release.wait, 10):
+            order.append("the snapshot was never released")
         snapshot = await real_capture(*args, **kwargs)
         order.append("snapshot")
         return snapshot
 
-    async def probe() -> None:
-        await asyncio.to_thread(signal.started.wait)
+    monkeypatch.setattr(tracker_module, "capture_workspace_snapshot", slow_capture)
+    return release
+
+
+def setup_node(root: Path, order: list[str], kind: str) -> Any:
+    """A plain node (no tool) that creates a file as the run's first step."""
+
+    def write(state: MessagesState) -> dict[str, Any]:
+        order.append("node")
+        (root / "setup.txt").write_text("x\n")
+        return {}
+
+    async def awrite(state: MessagesState) -> dict[str, Any]:
+        return write(state)
+
+    return single_node(awrite if kind == "async node" else write)
+
+
+@pytest.mark.parametrize("kind", ["sync node", "async node"])
+async def test_the_first_step_waits_for_the_snapshot_without_blocking_the_loop(
+    tmp_path, monkeypatch, kind
+):
+    """The snapshot is released by a task on the caller's loop: a run start that blocked the
+    loop would keep it waiting until its deadline."""
+    root = workspace(tmp_path)
+    order: list[str] = []
+    release = gated_snapshots(monkeypatch, order)
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.05)
         release.set()
 
-    def touch(name: str) -> str:
-        order.append("tool")
-        (root.host_path / name).write_text("x\n")
-        return "ok"
-
-    async def atouch(name: str) -> str:
-        return touch(name)
-
-    touch_tool = StructuredTool.from_function(
-        touch if kind == "sync tool" else None,
-        coroutine=atouch if kind == "async tool" else None,
-        name="touch",
-        description="Create a file.",
-    )
-    monkeypatch.setattr(tracker_module, "capture_workspace_snapshot", slow_capture)
-    model = scripted(ai("", calls=[("touch", {"name": "a.txt"}, "t1")]), ai("ok"))
     journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
-    probing = asyncio.create_task(probe())
-    await agent_graph(model, [touch_tool]).ainvoke(QUESTION, {"callbacks": [signal, journal]})
-    await probing
-    assert order == ["snapshot", "tool"]
-    types = [e["event_type"] for e in await run_events(journal, flush=True)]
-    assert types[-2] == "workspace_changes"
+    releasing = asyncio.create_task(release_soon())
+    await setup_node(root.host_path, order, kind).ainvoke(QUESTION, {"callbacks": [journal]})
+    await releasing
+    assert order == ["snapshot", "node"]
+    await journal.flush()
+    payload = await latest_workspace_changes(journal.event_store, journal.thread_id, journal.run_id)
+    assert payload is not None
+    assert [(f["path"], f["status"]) for f in payload["files"]] == [
+        ("/mnt/user-data/outputs/setup.txt", "created")
+    ]
+
+
+def test_the_first_step_of_an_invoke_waits_for_the_snapshot(tmp_path, monkeypatch):
+    root = workspace(tmp_path)
+    order: list[str] = []
+    release = gated_snapshots(monkeypatch, order)
+    threading.Timer(0.05, release.set).start()
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    setup_node(root.host_path, order, "sync node").invoke(QUESTION, {"callbacks": [journal]})
+    assert order == ["snapshot", "node"]
+    types = [e["event_type"] for e in asyncio.run(run_events(journal, flush=True))]
+    assert types[-2:] == ["workspace_changes", "run.end"]
