@@ -273,7 +273,7 @@ def normalise_event(
     ``created_at`` (a batch shares one); ``default`` encodes values JSON cannot hold.
     """
     where = "" if index is None else f"event {index}: "
-    if not isinstance(event, Mapping):
+    if type(event) is not dict and not isinstance(event, Mapping):  # dicts skip the ABC check
         raise TypeError(f"{where}an event must be a mapping, got {type(event).__name__}")
     if not _ALLOWED_KEYS.issuperset(event):
         unknown = event.keys() - _ALLOWED_KEYS
@@ -299,9 +299,9 @@ def normalise_event(
     metadata = event.get("metadata")
     if metadata is None:
         metadata = {}
-    elif not isinstance(metadata, Mapping):
-        raise TypeError(f"{where}metadata must be a dict, got {type(metadata).__name__}")
-    elif not isinstance(metadata, dict):
+    elif type(metadata) is not dict:
+        if not isinstance(metadata, Mapping):
+            raise TypeError(f"{where}metadata must be a dict, got {type(metadata).__name__}")
         metadata = dict(metadata)
     content = event.get("content", "")
 
@@ -314,20 +314,19 @@ def normalise_event(
             content_json = encode_json(content)
             metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
     metadata_json = _encode_field(metadata, "metadata", where, default)
+    created_at = event.get("created_at")
     return PendingEvent(
-        thread_id=thread_id,
-        run_id=run_id,
-        event_type=event_type,
-        category=category,
-        metadata=orjson.loads(metadata_json),
-        content_json=content_json,
-        metadata_json=metadata_json,
-        created_at=(
-            now
-            if now is not None and event.get("created_at") is None
-            else normalise_created_at(event.get("created_at"), f"{where}created_at")
-        ),
-        user_id=user_id,
+        thread_id,
+        run_id,
+        event_type,
+        category,
+        orjson.loads(metadata_json),
+        content_json,
+        metadata_json,
+        now
+        if now is not None and created_at is None
+        else normalise_created_at(created_at, f"{where}created_at"),
+        user_id,
     )
 
 

@@ -58,22 +58,26 @@ class ThreadIndexes(Generic[R]):
     index and every index stays in ascending seq.
     """
 
-    __slots__ = ("_indexes",)
+    __slots__ = ("_indexes", "_targets")
 
     def __init__(self) -> None:
         self._indexes: dict[tuple[str, str | None, str | None], SeqIndex[R]] = {}
+        # The indexes a row of (run, user, is message) goes to, looked up once per key.
+        self._targets: dict[tuple[str, str | None, bool], list[SeqIndex[R]]] = {}
 
     def add(self, row: R, run_id: str, user_id: str | None, is_message: bool) -> None:
         """Add a row whose seq is above every seq of the thread so far."""
-        kinds = ("all", "msg") if is_message else ("all",)
-        indexes = self._indexes
-        for user in {None, user_id}:
-            for run in (None, run_id):
-                for kind in kinds:
-                    index = indexes.get((kind, run, user))
-                    if index is None:
-                        index = indexes[kind, run, user] = SeqIndex()
-                    index.add(row)
+        targets = self._targets.get((run_id, user_id, is_message))
+        if targets is None:
+            kinds = ("all", "msg") if is_message else ("all",)
+            targets = self._targets[run_id, user_id, is_message] = [
+                self._indexes.setdefault((kind, run, user), SeqIndex())
+                for user in {None, user_id}
+                for run in (None, run_id)
+                for kind in kinds
+            ]
+        for index in targets:
+            index.add(row)
 
     def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[R]:
         """The rows of ``kind``, optionally of one run and one user (an empty index if none)."""
