@@ -203,22 +203,34 @@ class RunJournal(GraphCallbackHandler):
     def on_chain_start(self) -> Callable[..., Any]:
         """Start a run at a root chain; remember nested chains as part of their run.
 
-        With ``workspace_roots``, LangChain's async dispatcher is handed a coroutine function:
-        the root chain then awaits its workspace snapshot without blocking the event loop, so
-        no step of the run changes a file before the snapshot saw it. Everyone else (the sync
-        dispatcher, subclasses, direct calls) gets the plain method; a run started under a
-        plain ``invoke`` blocks until its snapshot is taken.
+        With ``workspace_roots``, the root chain waits for the run's workspace snapshot, so no
+        step of the run changes a file before the snapshot saw it. LangChain's async
+        dispatcher is handed a coroutine function that awaits it without blocking the event
+        loop; everyone else (the sync dispatcher, a subclass's override, direct calls) gets the
+        plain method, which blocks until the snapshot is taken.
         """
         if self._workspace is not None and looked_up_by_async_dispatcher():
             return self._await_chain_start
         return self._chain_start
 
+    def _chain_start(self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any) -> None:
+        # The snapshot runs on the journal's background loop: blocking here cannot deadlock.
+        WorkspaceTracker.wait(self._book_chain_start(serialized, inputs, **kwargs))
+
     async def _await_chain_start(
         self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
     ) -> None:
-        await WorkspaceTracker.wait_async(self._chain_start(serialized, inputs, **kwargs))
+        snapshot = self._book_chain_start(serialized, inputs, **kwargs)
+        try:
+            await WorkspaceTracker.wait_async(snapshot)
+        except BaseException as error:
+            # Cancelled while waiting: LangChain has no run manager for the chain yet, so no
+            # chain error callback will end the run; end it here.
+            if kwargs.get("parent_run_id") is None:
+                self._end_run(kwargs["run_id"], None, error)
+            raise
 
-    def _chain_start(
+    def _book_chain_start(
         self,
         serialized: dict[str, Any] | None,
         inputs: Any,
@@ -247,11 +259,7 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None,
         metadata: dict[str, Any] | None,
     ) -> Snapshot | None:
-        """Bind the next run to a root chain and write its ``run.start``.
-
-        A run under a plain ``invoke`` waits here for its workspace snapshot; one under
-        ``ainvoke`` gets it back to await.
-        """
+        """Bind the next run to a root chain, write its ``run.start``, start its snapshot."""
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()
@@ -271,8 +279,6 @@ class RunJournal(GraphCallbackHandler):
             for event in early:
                 self._emit(state, event)
             self._queue_summary(state)
-        if sync:
-            WorkspaceTracker.wait(snapshot)
         return snapshot
 
     def on_chain_end(

@@ -149,23 +149,27 @@ class MessageDumps:
 
     Pydantic models (LangChain messages) become their ``model_dump()``, computed once per
     object: the same message is often in two events of a batch (its own, and the run's final
-    outputs). Other mappings become dicts; anything else its ``str()``, as in every write.
+    outputs). Other mappings become dicts and tuples (named ones too) lists, as LangGraph
+    state holds them; anything else its ``str()``, as in every write.
     """
 
     __slots__ = ("_dumps",)
 
     def __init__(self) -> None:
-        self._dumps: dict[int, dict[str, Any]] = {}
+        # Keyed by id(); each entry keeps its model alive, so an id is never reused meanwhile.
+        self._dumps: dict[int, tuple[BaseModel, dict[str, Any]]] = {}
 
     def __call__(self, value: Any) -> Any:
         """Return what ``value`` is stored as."""
         if isinstance(value, BaseModel):
-            dump = self._dumps.get(id(value))  # the batch keeps ``value`` alive
-            if dump is None:
-                dump = self._dumps[id(value)] = value.model_dump()
-            return dump
+            entry = self._dumps.get(id(value))
+            if entry is None:
+                entry = self._dumps[id(value)] = (value, value.model_dump())
+            return entry[1]
         if isinstance(value, Mapping):
             return dict(value)
+        if isinstance(value, tuple):
+            return list(value)
         return str(value)
 
 

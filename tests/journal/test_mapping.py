@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
@@ -75,6 +76,43 @@ def test_message_dumps_dump_each_model_once_per_batch():
     message = AIMessage("x", id="a")
     dumps = mapping.MessageDumps()
     assert dumps(message) is dumps(message)
+
+
+class Point(NamedTuple):
+    x: Any
+    y: Any
+
+
+def test_message_dumps_store_tuples_named_or_not_as_lists():
+    message = HumanMessage("hi", id="h")
+    assert plain({"p": Point(1, message), "t": (2, 3)}) == {
+        "p": [1, message.model_dump()],
+        "t": [2, 3],
+    }
+
+
+class FreshMessages(Mapping[str, Any]):
+    """A mapping that builds a new message on every read (so ids of dead ones come back)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __getitem__(self, key: str) -> Any:
+        return AIMessage(f"{self.prefix}{key}")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["0", "1"])
+
+    def __len__(self) -> int:
+        return 2
+
+
+def test_message_dumps_never_mistake_a_new_model_for_a_dead_one():
+    dumps = mapping.MessageDumps()
+    first = decode_json(encode_json(FreshMessages("first"), dumps))
+    second = decode_json(encode_json(FreshMessages("second"), dumps))
+    assert [m["content"] for m in first.values()] == ["first0", "first1"]
+    assert [m["content"] for m in second.values()] == ["second0", "second1"]
 
 
 def test_run_error_names_the_error_type():

@@ -234,3 +234,43 @@ def test_the_first_step_of_an_invoke_waits_for_the_snapshot(tmp_path, monkeypatc
     assert order == ["snapshot", "node"]
     types = [e["event_type"] for e in asyncio.run(run_events(journal, flush=True))]
     assert types[-2:] == ["workspace_changes", "run.end"]
+
+
+class OwnChainStart(RunJournal):
+    """A subclass that overrides ``on_chain_start`` (LangChain then calls it inline)."""
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        super().on_chain_start(serialized, inputs, **kwargs)
+
+
+async def test_a_subclass_overriding_chain_start_still_waits_for_the_snapshot(
+    tmp_path, monkeypatch
+):
+    root = workspace(tmp_path)
+    order: list[str] = []
+    release = gated_snapshots(monkeypatch, order)
+    threading.Timer(0.05, release.set).start()  # the override blocks the loop meanwhile
+    journal = OwnChainStart(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    await setup_node(root.host_path, order, "async node").ainvoke(
+        QUESTION, {"callbacks": [journal]}
+    )
+    assert order == ["snapshot", "node"]
+
+
+async def test_a_run_cancelled_while_waiting_for_its_snapshot_ends_cancelled(tmp_path, monkeypatch):
+    root = workspace(tmp_path)
+    order: list[str] = []
+    release = gated_snapshots(monkeypatch, order)
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    graph = setup_node(root.host_path, order, "async node")
+    running = asyncio.create_task(graph.ainvoke(QUESTION, {"callbacks": [journal]}))
+    await asyncio.sleep(0.1)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    release.set()
+    types = [e["event_type"] for e in await run_events(journal, flush=True)]
+    assert types == ["run.start", "run.error"]
+    assert order == ["snapshot"]  # the node never ran
+    stored = await journal.event_store.get_run_summary(journal.thread_id, journal.run_id)
+    assert stored is not None and stored.status == "cancelled"
