@@ -24,6 +24,7 @@ from deerflow_journal.journal import mapping
 from deerflow_journal.journal.loops import (
     dispatched_synchronously,
     looked_up_by_async_dispatcher,
+    on_background_loop,
     running_loop,
 )
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
@@ -214,7 +215,6 @@ class RunJournal(GraphCallbackHandler):
         return self._chain_start
 
     def _chain_start(self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any) -> None:
-        # The snapshot runs on the journal's background loop: blocking here cannot deadlock.
         WorkspaceTracker.wait(self._book_chain_start(serialized, inputs, **kwargs))
 
     async def _await_chain_start(
@@ -326,7 +326,7 @@ class RunJournal(GraphCallbackHandler):
         workspace, snapshot = self._workspace, state.workspace_before
         if workspace is None or snapshot is None:
             self._close_run(state, terminal, None, loop)
-        elif state.sync:
+        elif state.sync and not on_background_loop():
             self._close_run(state, terminal, workspace.changes_blocking(snapshot), loop)
         else:
 

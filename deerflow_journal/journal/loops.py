@@ -16,6 +16,7 @@ __all__ = [
     "background_loop",
     "dispatched_synchronously",
     "looked_up_by_async_dispatcher",
+    "on_background_loop",
     "running_loop",
 ]
 
@@ -36,6 +37,11 @@ def background_loop() -> asyncio.AbstractEventLoop:
             thread.start()
             _loop = loop
         return _loop
+
+
+def on_background_loop() -> bool:
+    """Tell whether this thread runs the background loop (which must never block on itself)."""
+    return _loop is not None and running_loop() is _loop
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

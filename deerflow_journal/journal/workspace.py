@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from deerflow_journal.journal.loops import background_loop
+from deerflow_journal.journal.loops import background_loop, on_background_loop
 from deerflow_journal.workspace import (
     WorkspaceChangeLimits,
     WorkspaceRoot,
@@ -48,9 +48,20 @@ class WorkspaceTracker:
 
     @staticmethod
     def wait(snapshot: Snapshot | None) -> None:
-        """Block until ``snapshot`` is taken (it usually already is)."""
-        if snapshot is not None and not snapshot.done():
-            concurrent.futures.wait([snapshot])
+        """Block until ``snapshot`` is taken (it usually already is).
+
+        On the background loop's own thread (a run started from code running there) the
+        snapshot could never finish while we block: the run goes on without waiting.
+        """
+        if snapshot is None or snapshot.done():
+            return
+        if on_background_loop():
+            logger.warning(
+                "a run started on the journal's background loop does not wait for its "
+                "workspace snapshot: a file its first step writes may not be recorded"
+            )
+            return
+        concurrent.futures.wait([snapshot])
 
     @staticmethod
     async def wait_async(snapshot: Snapshot | None) -> None:

@@ -24,6 +24,7 @@ from deerflow_journal import (
     latest_workspace_changes,
 )
 from deerflow_journal.journal import workspace as tracker_module
+from deerflow_journal.journal.loops import background_loop
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
 STEP = {"type": "ai", "content": "looking", "tool_calls": [], "id": "s0"}
@@ -274,3 +275,22 @@ async def test_a_run_cancelled_while_waiting_for_its_snapshot_ends_cancelled(tmp
     assert order == ["snapshot"]  # the node never ran
     stored = await journal.event_store.get_run_summary(journal.thread_id, journal.run_id)
     assert stored is not None and stored.status == "cancelled"
+
+
+def test_a_run_started_on_the_background_loop_never_waits_on_itself(tmp_path, caplog):
+    """Code running on the journal's own loop (a progress reporter, say) that invokes a graph:
+    the snapshot and the diff need that loop, so blocking on them would hang forever."""
+    root = workspace(tmp_path)
+    order: list[str] = []
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    graph = setup_node(root.host_path, order, "sync node")
+
+    async def on_the_background_loop() -> None:
+        graph.invoke(QUESTION, {"callbacks": [journal]})
+
+    running = asyncio.run_coroutine_threadsafe(on_the_background_loop(), background_loop())
+    running.result(timeout=30)  # a hang fails here instead of blocking the suite
+    assert order == ["node"]
+    assert "does not wait for its workspace snapshot" in caplog.text
+    types = [e["event_type"] for e in asyncio.run(run_events(journal, flush=True))]
+    assert types[0] == "run.start" and types[-1] == "run.end"
