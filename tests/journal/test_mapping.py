@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from langchain_core.messages import AIMessage, HumanMessage
+import pytest
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation, LLMResult
+from langgraph.callbacks import GraphInterruptEvent, GraphResumeEvent
+from langgraph.errors import GraphInterrupt
+from langgraph.types import Command, Interrupt
 
 from deerflow_journal.journal import mapping
 from deerflow_journal.records import decode_json, encode_json
+from tests.journal.agents import ai
 
 
 def plain(value: Any) -> Any:
@@ -104,3 +111,208 @@ class FreshMessage(Mapping[str, Any]):
 def test_message_dumps_never_mistake_a_new_model_for_a_dead_one():
     stored = plain([FreshMessage(f"m{i}") for i in range(10)])
     assert [item["m"]["content"] for item in stored] == [f"m{i}" for i in range(10)]
+
+
+def test_run_error_names_the_error_type():
+    event = mapping.run_error_event(asyncio.CancelledError())
+    assert event == {
+        "event_type": "run.error",
+        "category": "error",
+        "content": "",
+        "metadata": {"error_type": "CancelledError"},
+    }
+
+
+def test_run_interrupt_links_the_checkpoint_and_interrupts():
+    event = mapping.run_interrupt_event(
+        GraphInterruptEvent(
+            run_id=None,
+            status="pending",
+            checkpoint_id="cp1",
+            checkpoint_ns=("a", "b"),
+            interrupts=(Interrupt(value={"q": "ok?"}, id="i1"),),
+        )
+    )
+    assert event["event_type"] == "run.interrupt" and event["category"] == "outputs"
+    assert event["content"] == {
+        "checkpoint_id": "cp1",
+        "checkpoint_ns": ["a", "b"],
+        "interrupts": [{"id": "i1", "value": {"q": "ok?"}}],
+    }
+    assert event["metadata"] == {"status": "interrupted"}
+
+
+def test_interrupt_from_an_error_has_no_checkpoint():
+    error = GraphInterrupt((Interrupt(value="v", id="i"),))
+    event = mapping.run_interrupt_event(mapping.interrupt_from_error(error))
+    assert event["content"] == {
+        "checkpoint_id": None,
+        "checkpoint_ns": [],
+        "interrupts": [{"id": "i", "value": "v"}],
+    }
+
+
+def test_run_resume_carries_the_checkpoint():
+    event = mapping.run_resume_event(
+        GraphResumeEvent(run_id=None, status="pending", checkpoint_id="cp", checkpoint_ns=())
+    )
+    assert event["event_type"] == "run.resume" and event["category"] == "trace"
+    assert event["content"] == {"checkpoint_id": "cp", "checkpoint_ns": []}
+
+
+def test_latest_visible_human_skips_hidden_and_summary_messages():
+    prompt = [
+        HumanMessage("first"),
+        AIMessage("reply"),
+        HumanMessage("visible"),
+        HumanMessage("hidden", additional_kwargs={"hide_from_ui": True}),
+        HumanMessage("the summary so far", name="summary"),
+    ]
+    found = mapping.latest_visible_human([prompt])
+    assert found is not None and found.content == "visible"
+    assert mapping.latest_visible_human([[AIMessage("x")]]) is None
+    assert mapping.latest_visible_human([]) is None
+
+
+def test_human_input_is_the_message_dump_for_the_lead_agent():
+    message = HumanMessage("hi", id="h1")
+    event = mapping.human_input_event(message)
+    assert event["event_type"] == "llm.human.input" and event["category"] == "message"
+    assert plain(event["content"]) == message.model_dump()
+    assert event["metadata"] == {"caller": "lead_agent"}
+
+
+def test_ai_response_is_the_message_dump_with_call_metadata():
+    message = ai("hello", calls=[("add", {"a": 1}, "c1")], msg_id="m1")
+    event = mapping.ai_response_event(message, caller="lead_agent", latency_ms=7, llm_call_index=2)
+    assert event["event_type"] == "llm.ai.response" and event["category"] == "message"
+    content = plain(event["content"])
+    assert content == message.model_dump() and content["type"] == "ai"
+    assert event["metadata"] == {
+        "caller": "lead_agent",
+        "usage": dict(message.usage_metadata),
+        "latency_ms": 7,
+        "llm_call_index": 2,
+    }
+
+
+def test_streamed_chunks_become_a_plain_ai_message():
+    chunk = AIMessageChunk(content="hel", id="m") + AIMessageChunk(
+        content="lo",
+        id="m",
+        tool_call_chunks=[{"name": "add", "args": '{"a": 1}', "id": "c1", "index": 0}],
+        usage_metadata={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
+    )
+    result = LLMResult(generations=[[ChatGenerationChunk(message=chunk)]])
+    (message,) = mapping.response_messages(result)
+    assert type(message) is AIMessage
+    dump = message.model_dump()
+    assert dump["type"] == "ai" and dump["content"] == "hello"
+    assert "tool_call_chunks" not in dump and "chunk_position" not in dump
+    assert dump["tool_calls"][0]["args"] == {"a": 1}
+
+
+def test_completion_text_becomes_an_ai_message_with_model_and_usage():
+    result = LLMResult(
+        generations=[[Generation(text="forty-two")]],
+        llm_output={
+            "model_name": "text-model",
+            "token_usage": {"prompt_tokens": 4, "completion_tokens": 3},
+        },
+    )
+    (message,) = mapping.response_messages(result)
+    assert message.content == "forty-two"
+    assert mapping.model_name(message) == "text-model"
+    assert message.usage_metadata == {"input_tokens": 4, "output_tokens": 3, "total_tokens": 7}
+
+
+def test_one_ai_message_per_generation():
+    result = LLMResult(
+        generations=[
+            [ChatGeneration(message=AIMessage("a")), ChatGeneration(message=AIMessage("b"))]
+        ]
+    )
+    assert [m.content for m in mapping.response_messages(result)] == ["a", "b"]
+
+
+def test_model_name_falls_back_to_model_then_unknown():
+    assert mapping.model_name(AIMessage("", response_metadata={"model": "m2"})) == "m2"
+    assert mapping.model_name(AIMessage("")) == "unknown"
+
+
+def test_llm_error_is_the_error_text():
+    event = mapping.llm_error_event(ValueError("rate limited"), "lead_agent")
+    assert event["event_type"] == "llm.error" and event["category"] == "trace"
+    assert event["content"] == "rate limited"
+
+
+def test_tool_message_output_is_one_tool_result():
+    message = ToolMessage("3", tool_call_id="c1", name="add")
+    assert mapping.tool_result_messages(message) == [message]
+    event = mapping.tool_result_event(message, "lead_agent")
+    assert event["event_type"] == "llm.tool.result" and event["category"] == "message"
+    assert plain(event["content"]) == message.model_dump()
+    assert event["metadata"] == {"caller": "lead_agent", "tool_call_id": "c1"}
+
+
+def test_command_output_gives_one_tool_result_per_message():
+    first = ToolMessage("done", tool_call_id="c1")
+    second = ToolMessage("also", tool_call_id="c2")
+    assert mapping.tool_result_messages(Command(update={"messages": [first, second]})) == [
+        first,
+        second,
+    ]
+    assert mapping.tool_result_messages(Command(update=[("messages", [first])])) == [first]
+    assert mapping.tool_result_messages(Command(update={"other": 1})) == []
+    assert mapping.tool_result_messages("plain string") == []
+
+
+def test_tool_error_content_and_metadata():
+    event = mapping.tool_error_event(
+        tool_call_id="c1", name="add", error=KeyError("x"), caller="lead_agent", latency_ms=3
+    )
+    assert event["event_type"] == "tool.error" and event["category"] == "error"
+    assert event["content"] == {
+        "tool_call_id": "c1",
+        "name": "add",
+        "error_type": "KeyError",
+        "error": "'x'",
+    }
+    assert event["metadata"] == {"caller": "lead_agent", "tool_call_id": "c1", "latency_ms": 3}
+
+
+def test_tool_unresolved_names_the_reason():
+    event = mapping.tool_unresolved_event("c1", "add", "interrupted")
+    assert event == {
+        "event_type": "tool.unresolved",
+        "category": "trace",
+        "content": {"tool_call_id": "c1", "name": "add", "reason": "interrupted"},
+        "metadata": {"tool_call_id": "c1"},
+    }
+
+
+def test_middleware_event_validates_the_tag_length():
+    event = mapping.middleware_event(
+        "guardrail", name="g", hook="before_model", action="blocked", changes={"x": 1}
+    )
+    assert event["event_type"] == "middleware:guardrail"
+    assert event["category"] == "middleware"
+    assert event["content"] == {
+        "name": "g",
+        "hook": "before_model",
+        "action": "blocked",
+        "changes": {"x": 1},
+    }
+    for bad in ("", "t" * 22):
+        with pytest.raises(ValueError):
+            mapping.middleware_event(bad, name="g", hook="h", action="a", changes={})
+    with pytest.raises(TypeError, match="changes"):
+        mapping.middleware_event("guardrail", name="g", hook="h", action="a", changes=[])
+
+
+def test_memory_context_needs_64_lowercase_hex_characters():
+    digest = "ab" * 32
+    assert mapping.memory_context_event(digest)["content"] == {"content_sha256": digest}
+    for bad in ("AB" * 32, "ab" * 31, "zz" * 32, None):
+        with pytest.raises(ValueError, match="content_sha256"):
+            mapping.memory_context_event(bad)  # type: ignore[arg-type]
