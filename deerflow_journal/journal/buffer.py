@@ -6,8 +6,9 @@ starts and sends it with the pending run summaries in one store write (messages 
 their ``model_dump()``), all or nothing; if the store fails, all of it goes back to the front
 of the buffer, so nothing is lost, duplicated or reordered. An event that can never be stored
 (its normalisation raises ``ValueError``/``TypeError``) is dropped alone, logged at ERROR. A
-write is never abandoned half way: cancelling a write waits for the store's outcome first.
-Writes run on an event loop chosen by the caller, as tracked tasks or futures, one at a time.
+write cancelled with its event loop may or may not have reached the store: its batch is kept,
+so it is written at least once. Writes run on an event loop chosen by the caller, as tracked
+tasks or futures, one at a time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,26 +44,6 @@ def _timestamped(event: dict[str, Any]) -> dict[str, Any]:
     if isinstance(created_at, float):
         event["created_at"] = datetime.fromtimestamp(created_at, UTC)
     return event
-
-
-async def _to_the_end(write: Coroutine[Any, Any, Any]) -> tuple[BaseException | None, bool]:
-    """Await a store write to its end, even if this task is cancelled meanwhile.
-
-    Returns the write's error (``None``: written) and whether this task was cancelled, so the
-    caller books the outcome before it re-raises the cancellation. A write cancelled itself
-    (its loop shutting down) may or may not have reached the store: it counts as failed, so
-    its batch is kept (at least once) rather than lost.
-    """
-    task = asyncio.ensure_future(write)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.wait([task])
-        except asyncio.CancelledError:
-            cancelled = True
-    if task.cancelled():
-        return asyncio.CancelledError(), True
-    return task.exception(), cancelled
 
 
 async def _outcome(task: asyncio.Future[None]) -> None:
@@ -191,21 +172,25 @@ class EventBuffer:
             close_after = self._close_when_empty
             self._close_when_empty = False
             self._drain = False  # this write takes everything a drain asked for
-        error, cancelled = None, False
+        error: BaseException | None = None
         while events or summaries:
-            error, stopped = await _to_the_end(self._send(events, summaries))
-            cancelled = cancelled or stopped
+            try:
+                await self._send(events, summaries)
+                error = None
+            except asyncio.CancelledError:
+                # Only its loop shutting down cancels a write: the store may or may not
+                # have taken the batch, so it is kept (written at least once).
+                self._requeue(events, summaries, close_after)
+                raise
+            except BaseException as exc:
+                error = exc
             valid = events if error is None else self._storable(events, error)
             if len(valid) == len(events):
                 break
             events = valid
-        if events or summaries:
-            if error is not None:
-                self._requeue(events, summaries, close_after)
-                raise error
-            if cancelled:
-                self._requeue([], [], close_after)
-                raise asyncio.CancelledError
+        if error is not None and (events or summaries):
+            self._requeue(events, summaries, close_after)
+            raise error
         if close_after:
             await self.store.close()
 
