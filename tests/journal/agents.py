@@ -28,6 +28,16 @@ from deerflow_journal import RunEvent, RunJournal, RunSummary
 
 QUESTION = {"messages": [HumanMessage("What is 1 + 2?")]}
 
+#: The events of a run in which the lead agent calls one tool and then answers.
+ONE_TOOL_CALL_SEQUENCE = [
+    "run.start",
+    "llm.human.input",
+    "llm.ai.response",
+    "llm.tool.result",
+    "llm.ai.response",
+    "run.end",
+]
+
 
 async def run_events(journal: RunJournal, *, flush: bool = False) -> list[RunEvent]:
     """The latest run's stored events in seq order; ``flush`` writes the buffer first."""

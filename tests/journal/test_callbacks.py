@@ -23,6 +23,7 @@ from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
 from tests.journal.agents import (
+    ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
     FailingChatModel,
     agent_graph,
@@ -300,14 +301,7 @@ async def test_command_tool_output_becomes_a_tool_result():
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(agent_graph(model, [finish_task]), journal)
     events = await run_events(journal, flush=True)
-    assert types(events) == [
-        "run.start",
-        "llm.human.input",
-        "llm.ai.response",
-        "llm.tool.result",
-        "llm.ai.response",
-        "run.end",
-    ]
+    assert types(events) == ONE_TOOL_CALL_SEQUENCE
     assert events[3]["content"]["content"] == "filed"
     assert events[3]["content"]["tool_call_id"] == "c7"
 
@@ -357,14 +351,7 @@ async def test_a_retried_tool_call_that_succeeds_has_only_its_result():
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(retried_tools_agent(failures=1), journal)
     events = await run_events(journal, flush=True)
-    assert types(events) == [
-        "run.start",
-        "llm.human.input",
-        "llm.ai.response",
-        "llm.tool.result",
-        "llm.ai.response",
-        "run.end",
-    ]
+    assert types(events) == ONE_TOOL_CALL_SEQUENCE
 
 
 async def test_a_tool_call_failing_every_retry_has_one_error():

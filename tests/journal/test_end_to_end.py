@@ -13,6 +13,7 @@ from langgraph.types import Command
 
 from deerflow_journal import MemoryRunEventStore, RunJournal, RunSummary
 from tests.journal.agents import (
+    ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
     add,
     agent_graph,
@@ -25,15 +26,6 @@ from tests.journal.agents import (
     scripted,
     stored,
 )
-
-AGENT_SEQUENCE = [
-    "run.start",
-    "llm.human.input",
-    "llm.ai.response",
-    "llm.tool.result",
-    "llm.ai.response",
-    "run.end",
-]
 
 
 def tool_agent() -> Any:
@@ -61,7 +53,7 @@ async def test_agent_under_ainvoke(store):
     await tool_agent().ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
     sequence, summary = await stored(journal)
-    assert sequence == AGENT_SEQUENCE
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
     assert_agent_summary(summary)
 
 
@@ -71,7 +63,7 @@ async def test_agent_under_astream(store):
     assert len(updates) == 3
     await journal.flush()
     sequence, summary = await stored(journal)
-    assert sequence == AGENT_SEQUENCE
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
     assert_agent_summary(summary)
 
 
@@ -80,7 +72,7 @@ async def test_agent_under_invoke_is_complete_when_invoke_returns(store):
     # A plain invoke on a thread with no running loop, as a sync program makes it; no flush.
     await asyncio.to_thread(tool_agent().invoke, QUESTION, {"callbacks": [journal]})
     sequence, summary = await stored(journal)
-    assert sequence == AGENT_SEQUENCE
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
     assert_agent_summary(summary)
 
 
@@ -89,7 +81,7 @@ def test_agent_under_invoke_in_a_program_without_any_event_loop():
     journal = RunJournal(event_store=store)
     tool_agent().invoke(QUESTION, {"callbacks": [journal]})
     sequence, summary = asyncio.run(stored(journal))
-    assert sequence == AGENT_SEQUENCE
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
     assert_agent_summary(summary)
 
 
