@@ -214,8 +214,21 @@ class RunJournal(GraphCallbackHandler):
             return self._await_chain_start
         return self._chain_start
 
-    def _chain_start(self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any) -> None:
-        WorkspaceTracker.wait(self._book_chain_start(serialized, inputs, **kwargs))
+    def _chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is not None:  # the common case, inlined: most chains are nested
+            state = self._runs.get(parent_run_id)
+            if state is not None:
+                self._runs[run_id] = state
+            return
+        WorkspaceTracker.wait(self._book_chain_start(serialized, inputs, run_id=run_id, **kwargs))
 
     async def _await_chain_start(
         self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
@@ -290,7 +303,10 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause)."""
-        self._chain_ended(run_id, parent_run_id, outputs, None)
+        if parent_run_id is None:
+            self._end_run(run_id, outputs, None)
+        else:  # forget a nested chain (no lock: one atomic pop)
+            self._runs.pop(run_id, None)
 
     def on_chain_error(
         self,
@@ -301,14 +317,8 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """End the run at its root chain with ``run.error``; nested errors add nothing."""
-        self._chain_ended(run_id, parent_run_id, None, error)
-
-    def _chain_ended(
-        self, run_id: UUID, parent_run_id: UUID | None, outputs: Any, error: BaseException | None
-    ) -> None:
-        """Forget a nested chain (no lock: one atomic pop); end the run at its root chain."""
         if parent_run_id is None:
-            self._end_run(run_id, outputs, error)
+            self._end_run(run_id, None, error)
         else:
             self._runs.pop(run_id, None)
 

@@ -188,4 +188,4 @@ class ThreadCache:
             rows = sorted([*known, *rows], key=lambda r: r.seq)
             self.indexes = ThreadIndexes()
         for row in rows:
-            self.indexes.add(row, row.run_id, row.user_id, row.category == "message")
+            self.indexes.add(row, row.seq, row.run_id, row.user_id, row.category == "message")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
@@ -13,49 +12,45 @@ from deerflow_journal.summary import other_users_summary_error
 __all__ = ["MemoryRunEventStore"]
 
 
-@dataclass(slots=True)
-class _Row:
-    # task_id and caller are taken at write time: the record handed back to the writer
-    # shares the event's metadata dict, so the event's metadata may change later.
-    seq: int
-    event: PendingEvent
-    task_id: Any
-    caller: Any
-
-    def record(self) -> RunEvent:
-        # Decoding the stored JSON text hands every reader its own copy.
-        e = self.event
-        return {
-            "thread_id": e.thread_id,
-            "run_id": e.run_id,
-            "seq": self.seq,
-            "event_type": e.event_type,
-            "category": e.category,
-            "content": decode_json(e.content_json),
-            "metadata": decode_json(e.metadata_json),
-            "created_at": e.created_at,
-            "user_id": e.user_id,
-        }
+# A stored event: a plain tuple of strings and ints, which the garbage collector stops
+# tracking, so a store holding many events adds nothing to collection pauses. task_id and
+# caller are taken at write time for the queries that filter on them.
+_Row = tuple[int, str, str, str, str, str, str, "str | None", Any, Any]
+_SEQ, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(10)
 
 
 class _Thread:
     """One thread's rows and indexes, and the last seq it gave out (deletes keep it)."""
 
-    __slots__ = ("indexes", "last_seq")
+    __slots__ = ("indexes", "last_seq", "thread_id")
 
-    def __init__(self, last_seq: int = 0) -> None:
+    def __init__(self, thread_id: str, last_seq: int = 0) -> None:
+        self.thread_id = thread_id
         self.last_seq = last_seq
         self.indexes: ThreadIndexes[_Row] = ThreadIndexes()
 
     def add(self, row: _Row) -> None:
-        e = row.event
-        self.indexes.add(row, e.run_id, e.user_id, e.category == "message")
+        self.indexes.add(row, row[_SEQ], row[_RUN], row[_USER], row[_CATEGORY] == "message")
 
     def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[_Row]:
         return self.indexes.get(kind, run_id, user_id)
 
     def rows(self) -> list[_Row]:
         return self.indexes.rows()
+
+    def record(self, row: _Row) -> RunEvent:
+        """The stored record of ``row``; decoding the JSON text hands every reader a copy."""
+        return {
+            "thread_id": self.thread_id,
+            "run_id": row[_RUN],
+            "seq": row[_SEQ],
+            "event_type": row[_TYPE],
+            "category": row[_CATEGORY],
+            "content": decode_json(row[_CONTENT]),
+            "metadata": decode_json(row[_METADATA]),
+            "created_at": row[_CREATED],
+            "user_id": row[_USER],
+        }
 
 
 class MemoryRunEventStore(RunEventStore):
@@ -79,17 +74,30 @@ class MemoryRunEventStore(RunEventStore):
     def _thread(self, thread_id: str) -> _Thread:
         thread = self._threads.get(thread_id)
         if thread is None:
-            thread = self._threads[thread_id] = _Thread()
+            thread = self._threads[thread_id] = _Thread(thread_id)
         return thread
 
     # No await in the write hooks: each write is atomic on the event loop.
 
     def _add(self, event: PendingEvent) -> int:
         thread = self._thread(event.thread_id)
-        thread.last_seq += 1
+        seq = thread.last_seq = thread.last_seq + 1
         metadata = event.metadata
-        thread.add(_Row(thread.last_seq, event, metadata.get("task_id"), metadata.get("caller")))
-        return thread.last_seq
+        thread.add(
+            (
+                seq,
+                event.run_id,
+                event.event_type,
+                event.category,
+                event.content_json,
+                event.metadata_json,
+                event.created_at,
+                event.user_id,
+                metadata.get("task_id"),
+                metadata.get("caller"),
+            )
+        )
+        return seq
 
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
         return [event.record(self._add(event)) for event in events]
@@ -107,8 +115,8 @@ class MemoryRunEventStore(RunEventStore):
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
         for row in thread.get("all", event.run_id, event.user_id).rows:
-            if row.event.event_type == event.event_type and row.event.user_id == event.user_id:
-                return row.record(), False
+            if row[_TYPE] == event.event_type and row[_USER] == event.user_id:
+                return thread.record(row), False
         return (await self._append([event]))[0], True
 
     async def _list_messages(
@@ -117,7 +125,7 @@ class MemoryRunEventStore(RunEventStore):
         thread = self._threads.get(thread_id)
         if thread is None or page.limit == 0:
             return []
-        return [row.record() for row in thread.get("msg", run_id, user_id).page(page)]
+        return [thread.record(row) for row in thread.get("msg", run_id, user_id).page(page)]
 
     async def _list_events(
         self,
@@ -134,11 +142,11 @@ class MemoryRunEventStore(RunEventStore):
             return []
         out: list[RunEvent] = []
         for row in thread.get("all", run_id, user_id).after(after_seq):
-            if event_types is not None and row.event.event_type not in event_types:
+            if event_types is not None and row[_TYPE] not in event_types:
                 continue
-            if task_id is not None and row.task_id != task_id:
+            if task_id is not None and row[_TASK] != task_id:
                 continue
-            out.append(row.record())
+            out.append(thread.record(row))
             if len(out) == limit:
                 break
         return out
@@ -152,11 +160,11 @@ class MemoryRunEventStore(RunEventStore):
         found: dict[str, int] = {}
         for run_id in run_ids:
             for row in reversed(thread.get("msg", run_id, user_id).rows):
-                caller = row.caller
-                if row.event.event_type in AI_RESPONSE_EVENT_TYPES and not (
+                caller = row[_CALLER]
+                if row[_TYPE] in AI_RESPONSE_EVENT_TYPES and not (
                     isinstance(caller, str) and caller.startswith("middleware:")
                 ):
-                    found[run_id] = row.seq
+                    found[run_id] = row[_SEQ]
                     break
         return found
 
@@ -172,12 +180,12 @@ class MemoryRunEventStore(RunEventStore):
             row
             for row in thread.rows()
             if not (
-                (run_id is None or row.event.run_id == run_id)
-                and (user_id is None or row.event.user_id == user_id)
+                (run_id is None or row[_RUN] == run_id)
+                and (user_id is None or row[_USER] == user_id)
             )
         ]
         deleted = len(thread.rows()) - len(kept)
-        rebuilt = _Thread(thread.last_seq)
+        rebuilt = _Thread(thread_id, thread.last_seq)
         for row in kept:
             rebuilt.add(row)
         self._threads[thread_id] = rebuilt

@@ -6,19 +6,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from deerflow_journal.stores.base import MessagePage
 
 __all__ = ["SeqIndex", "ThreadIndexes"]
 
-
-class _Sequenced(Protocol):
-    @property
-    def seq(self) -> int: ...
-
-
-R = TypeVar("R", bound=_Sequenced)
+R = TypeVar("R")
 
 
 @dataclass(slots=True)
@@ -28,9 +22,9 @@ class SeqIndex(Generic[R]):
     seqs: list[int] = field(default_factory=list)
     rows: list[R] = field(default_factory=list)
 
-    def add(self, row: R) -> None:
-        """Append a row whose seq is above every seq already here."""
-        self.seqs.append(row.seq)
+    def add(self, seq: int, row: R) -> None:
+        """Append a row whose ``seq`` is above every seq already here."""
+        self.seqs.append(seq)
         self.rows.append(row)
 
     def page(self, page: MessagePage) -> list[R]:
@@ -65,8 +59,8 @@ class ThreadIndexes(Generic[R]):
         # The indexes a row of (run, user, is message) goes to, looked up once per key.
         self._targets: dict[tuple[str, str | None, bool], list[SeqIndex[R]]] = {}
 
-    def add(self, row: R, run_id: str, user_id: str | None, is_message: bool) -> None:
-        """Add a row whose seq is above every seq of the thread so far."""
+    def add(self, row: R, seq: int, run_id: str, user_id: str | None, is_message: bool) -> None:
+        """Add a row whose ``seq`` is above every seq of the thread so far."""
         targets = self._targets.get((run_id, user_id, is_message))
         if targets is None:
             kinds = ("all", "msg") if is_message else ("all",)
@@ -77,7 +71,7 @@ class ThreadIndexes(Generic[R]):
                 for kind in kinds
             ]
         for index in targets:
-            index.add(row)
+            index.add(seq, row)
 
     def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[R]:
         """The rows of ``kind``, optionally of one run and one user (an empty index if none)."""
