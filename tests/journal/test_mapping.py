@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
@@ -12,6 +12,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generati
 from langgraph.callbacks import GraphInterruptEvent, GraphResumeEvent
 from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, Interrupt
+from pydantic import BaseModel, Field, PlainSerializer, field_serializer
 
 from deerflow_journal.journal import mapping
 from deerflow_journal.records import decode_json, encode_json
@@ -70,6 +71,47 @@ def test_message_dumps_encode_models_anywhere_and_everything_else_as_stores_do()
     # Beyond 64 bits orjson refuses an int: the fallback still dumps the model around it.
     big = AIMessage("x", id="b", additional_kwargs={"n": 2**70})
     assert plain(big)["additional_kwargs"] == {"n": str(2**70)}
+
+
+def test_message_dumps_store_every_message_kind_exactly_as_its_model_dump():
+    messages = [
+        HumanMessage("hi", id="h", name="ann", custom_field={"x": 1}),
+        AIMessage(
+            "",
+            id="a",
+            tool_calls=[{"name": "f", "args": {"q": 1}, "id": "c1"}],
+            usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+            response_metadata={"model_name": "m"},
+        ),
+        AIMessageChunk("part", id="k"),
+        ToolMessage("out", tool_call_id="c1", artifact={"rows": (1, 2)}, status="error"),
+    ]
+    for message in messages:
+        assert plain(message) == decode_json(encode_json(message.model_dump()))
+
+
+class Celsius(BaseModel):
+    degrees: float
+
+    @field_serializer("degrees")
+    def _rounded(self, degrees: float) -> str:
+        return f"{degrees:.0f} C"
+
+
+class Reading(BaseModel):
+    when: str = Field(exclude=True)
+    value: Celsius
+
+
+class Labelled(BaseModel):
+    label: Annotated[str, PlainSerializer(lambda text: text.upper())]
+
+
+def test_message_dumps_keep_custom_model_serialisation():
+    # Serializers and excluded fields only take effect through model_dump().
+    assert plain(Celsius(degrees=21.4)) == {"degrees": "21 C"}
+    assert plain(Reading(when="now", value=Celsius(degrees=3))) == {"value": {"degrees": "3 C"}}
+    assert plain(Labelled(label="warm")) == {"label": "WARM"}
 
 
 def test_message_dumps_dump_each_model_once_per_batch():
