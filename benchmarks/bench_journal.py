@@ -168,14 +168,15 @@ def journaled(store: RunEventStore) -> Variant:
 
 
 async def end_to_end(
-    invocations: int, rounds: int
+    invocations: int, rounds: int, block: int
 ) -> tuple[float, dict[str, tuple[float, float, float]]]:
     """Seconds per run without callbacks, and each variant's ratio to it (median, min, max).
 
-    Every round runs each variant once, back to back; a variant's ratio is the median over
-    rounds of its time divided by the same round's time without callbacks, so that load from
-    other processes, which drifts slowly, cancels out. The spread of the same-round ratios
-    shows how much of a difference is noise.
+    Every round runs each variant ``invocations`` times, in blocks of ``block`` invocations
+    that take turns (a journal's writes are flushed at the end of each of its blocks), so
+    that load from other processes, which drifts, reaches every variant alike. A variant's
+    ratio is the median over rounds of its time divided by the same round's time without
+    callbacks; the spread of the same-round ratios shows how much of a difference is noise.
     """
     with tempfile.TemporaryDirectory() as tmp:
         variants: dict[str, Variant] = {
@@ -194,11 +195,18 @@ async def end_to_end(
         for variant in variants.values():
             await variant(agent, 20)  # warm up
         times: dict[str, list[float]] = {name: [] for name in variants}
+        sizes = [block] * (invocations // block) + (
+            [invocations % block] if invocations % block else []
+        )
         for _ in range(rounds):
-            for name, variant in variants.items():
-                started = time.perf_counter()
-                await variant(agent, invocations)
-                times[name].append(time.perf_counter() - started)
+            spent = dict.fromkeys(variants, 0.0)
+            for size in sizes:
+                for name, variant in variants.items():
+                    started = time.perf_counter()
+                    await variant(agent, size)
+                    spent[name] += time.perf_counter() - started
+            for name, seconds in spent.items():
+                times[name].append(seconds)
         if sqlite is not None:
             await sqlite.close()
     base = times["no callbacks"]
@@ -209,7 +217,7 @@ async def end_to_end(
     return statistics.median(base) / invocations, ratios
 
 
-async def main(runs: int, invocations: int, rounds: int) -> None:
+async def main(runs: int, invocations: int, rounds: int, block: int) -> None:
     """Measure and print every figure."""
     cost = statistics.median([await callback_cost(runs) for _ in range(rounds)])
     line(
@@ -218,11 +226,12 @@ async def main(runs: int, invocations: int, rounds: int) -> None:
         f"median of {rounds} x {runs} runs x {CALLBACKS_PER_RUN} callbacks, memory store; "
         "target <= 4 us",
     )
-    per_run, ratios = await end_to_end(invocations, rounds)
+    per_run, ratios = await end_to_end(invocations, rounds, block)
     line(
         f"ainvoke x{invocations} no callbacks",
         f"{per_run * 1e3:.2f} ms per run",
-        f"{rounds} rounds; ratios are medians of same-round ratios",
+        f"{rounds} rounds, variants alternating every {block} runs; "
+        "ratios are medians of same-round ratios",
     )
     targets = {"journal+memory": "target <= 1.10x", "journal+sqlite": "target <= 1.15x"}
     for name in ("no-op handler", "journal+memory", "journal+sqlite"):
@@ -243,5 +252,8 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=500, help="simulated runs for callback cost")
     parser.add_argument("--invocations", type=int, default=200, help="ainvoke calls per round")
     parser.add_argument("--rounds", type=int, default=7, help="repeats of each measurement")
+    parser.add_argument("--block", type=int, default=25, help="runs before the next variant")
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.invocations, args.rounds))
+    if args.block < 1 or args.invocations < 1:
+        parser.error("--block and --invocations must be at least 1")
+    asyncio.run(main(args.runs, args.invocations, args.rounds, args.block))

@@ -149,12 +149,8 @@ class MessageDumps:
 
     Pydantic models (LangChain messages) become their ``model_dump()``, computed once per
     object: the same message is often in two events of a batch (its own, and the run's final
-    outputs). For a model whose dump is just its field values (LangChain's messages, and any
-    model without serializers, computed or excluded fields), those values are handed to the
-    encoder as they are, which is several times cheaper than building the dump; nested models
-    are then dumped whole, not as their declared field type. Other mappings become dicts and
-    tuples (named ones too) lists, as LangGraph state holds them; anything else its ``str()``,
-    as in every write.
+    outputs). Other mappings become dicts and tuples (named ones too) lists, as LangGraph
+    state holds them; anything else its ``str()``, as in every write.
     """
 
     __slots__ = ("_dumps",)
@@ -166,9 +162,6 @@ class MessageDumps:
     def __call__(self, value: Any) -> Any:
         """Return what ``value`` is stored as."""
         if isinstance(value, BaseModel):
-            if _dumps_field_values(type(value)):
-                extra = value.__pydantic_extra__
-                return {**value.__dict__, **extra} if extra else value.__dict__
             entry = self._dumps.get(id(value))
             if entry is None:
                 entry = self._dumps[id(value)] = (value, value.model_dump())
@@ -178,33 +171,6 @@ class MessageDumps:
         if isinstance(value, tuple):
             return list(value)
         return str(value)
-
-
-_FIELD_VALUE_DUMPS: dict[type[BaseModel], bool] = {}
-
-
-def _dumps_field_values(cls: type[BaseModel]) -> bool:
-    """Whether ``model_dump()`` of ``cls`` is its ``__dict__`` plus its extra fields."""
-    known = _FIELD_VALUE_DUMPS.get(cls)
-    if known is None:
-        decorators = cls.__pydantic_decorators__
-        known = _FIELD_VALUE_DUMPS[cls] = not (
-            cls.__pydantic_root_model__
-            or decorators.field_serializers
-            or decorators.model_serializers
-            or cls.__pydantic_computed_fields__
-            or cls.model_config.get("serialize_by_alias")
-            or any(
-                field.exclude or getattr(field, "exclude_if", None) or _serializes(field.metadata)
-                for field in cls.model_fields.values()
-            )
-        )
-    return known
-
-
-def _serializes(metadata: list[Any]) -> bool:
-    """Whether a field's ``Annotated`` metadata changes how it is dumped."""
-    return any(type(item).__name__.endswith("Serializer") for item in metadata)
 
 
 def run_end_event(outputs: Any) -> EventKwargs:

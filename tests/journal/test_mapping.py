@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple
 
 import pytest
@@ -73,6 +74,12 @@ def test_message_dumps_encode_models_anywhere_and_everything_else_as_stores_do()
     assert plain(big)["additional_kwargs"] == {"n": str(2**70)}
 
 
+@dataclass
+class Hit:
+    doc: str
+    score: float
+
+
 def test_message_dumps_store_every_message_kind_exactly_as_its_model_dump():
     messages = [
         HumanMessage("hi", id="h", name="ann", custom_field={"x": 1}),
@@ -85,6 +92,7 @@ def test_message_dumps_store_every_message_kind_exactly_as_its_model_dump():
         ),
         AIMessageChunk("part", id="k"),
         ToolMessage("out", tool_call_id="c1", artifact={"rows": (1, 2)}, status="error"),
+        ToolMessage("found", tool_call_id="c2", artifact=Hit("doc", 0.5)),
     ]
     for message in messages:
         assert plain(message) == decode_json(encode_json(message.model_dump()))
