@@ -10,21 +10,29 @@ Prints one line per figure:
 - end to end: one LangGraph agent (3 model calls, 2 tool calls per run, a model that answers
   at once) invoked with ``ainvoke`` without callbacks, with a no-op handler, and journaled to
   the memory and SQLite stores, as ratios to no callbacks (see ``end_to_end``). A journal's
-  writes are included: the clock stops when they are all stored.
+  writes are included: the clock stops when they are all stored;
+- instructions: the same four variants counted by valgrind's callgrind (every thread), as
+  ratios to no callbacks: unlike the times, these repeat on a shared, noisy machine
+  (``--instructions 0`` skips them; without valgrind they are reported as not measured).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import itertools
+import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +175,28 @@ def journaled(store: RunEventStore) -> Variant:
     return run
 
 
+@contextlib.asynccontextmanager
+async def variants(tmp: str) -> AsyncIterator[dict[str, Variant]]:
+    """The four ways of running the agent, keyed by name (SQLite only if its store imports)."""
+    found: dict[str, Variant] = {
+        "no callbacks": plain(None),
+        "no-op handler": plain(NoopHandler),
+        "journal+memory": journaled(MemoryRunEventStore()),
+    }
+    sqlite = None
+    if importlib.util.find_spec("deerflow_journal.stores.sqlite") is not None:
+        from deerflow_journal.stores.sqlite import SqliteRunEventStore
+
+        sqlite = SqliteRunEventStore(str(Path(tmp) / "bench.db"))
+        await sqlite.setup()
+        found["journal+sqlite"] = journaled(sqlite)
+    try:
+        yield found
+    finally:
+        if sqlite is not None:
+            await sqlite.close()
+
+
 async def end_to_end(
     invocations: int, rounds: int, block: int
 ) -> tuple[float, dict[str, tuple[float, float, float]]]:
@@ -179,36 +209,23 @@ async def end_to_end(
     callbacks; the spread of the same-round ratios shows how much of a difference is noise.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        variants: dict[str, Variant] = {
-            "no callbacks": plain(None),
-            "no-op handler": plain(NoopHandler),
-            "journal+memory": journaled(MemoryRunEventStore()),
-        }
-        sqlite = None
-        if importlib.util.find_spec("deerflow_journal.stores.sqlite") is not None:
-            from deerflow_journal.stores.sqlite import SqliteRunEventStore
-
-            sqlite = SqliteRunEventStore(str(Path(tmp) / "bench.db"))
-            await sqlite.setup()
-            variants["journal+sqlite"] = journaled(sqlite)
-        agent = build_agent()
-        for variant in variants.values():
-            await variant(agent, 20)  # warm up
-        times: dict[str, list[float]] = {name: [] for name in variants}
-        sizes = [block] * (invocations // block) + (
-            [invocations % block] if invocations % block else []
-        )
-        for _ in range(rounds):
-            spent = dict.fromkeys(variants, 0.0)
-            for size in sizes:
-                for name, variant in variants.items():
-                    started = time.perf_counter()
-                    await variant(agent, size)
-                    spent[name] += time.perf_counter() - started
-            for name, seconds in spent.items():
-                times[name].append(seconds)
-        if sqlite is not None:
-            await sqlite.close()
+        async with variants(tmp) as found:
+            agent = build_agent()
+            for variant in found.values():
+                await variant(agent, 20)  # warm up
+            times: dict[str, list[float]] = {name: [] for name in found}
+            sizes = [block] * (invocations // block)
+            if invocations % block:
+                sizes.append(invocations % block)
+            for _ in range(rounds):
+                spent = dict.fromkeys(found, 0.0)
+                for size in sizes:
+                    for name, variant in found.items():
+                        started = time.perf_counter()
+                        await variant(agent, size)
+                        spent[name] += time.perf_counter() - started
+                for name, seconds in spent.items():
+                    times[name].append(seconds)
     base = times["no callbacks"]
     ratios = {}
     for name, values in times.items():
@@ -217,7 +234,64 @@ async def end_to_end(
     return statistics.median(base) / invocations, ratios
 
 
-async def main(runs: int, invocations: int, rounds: int, block: int) -> None:
+# -- instruction counts -----------------------------------------------------------------------
+
+
+async def count_one(name: str, invocations: int) -> None:
+    """Run one variant with callgrind's instrumentation on only around the measured runs."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with variants(tmp) as found:
+            agent = build_agent()
+            await found[name](agent, 20)  # warm up
+            control = ["callgrind_control", "-i"]
+            subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)
+            await found[name](agent, invocations)
+            subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)
+
+
+def instructions(invocations: int) -> dict[str, float] | None:
+    """Instructions per run of each variant, every thread included (None without valgrind).
+
+    Each variant runs in its own process under ``valgrind --tool=callgrind``, which counts
+    instructions, not seconds: the figures repeat whatever else the machine is doing.
+    """
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        names = ["no callbacks", "no-op handler", "journal+memory", "journal+sqlite"]
+        if importlib.util.find_spec("deerflow_journal.stores.sqlite") is None:
+            names.pop()
+        processes = {
+            name: subprocess.Popen(
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--instr-atstart=no",
+                    f"--callgrind-out-file={Path(tmp) / str(i)}",
+                    sys.executable,
+                    __file__,
+                    "--count-variant",
+                    name,
+                    "--invocations",
+                    str(invocations),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i, name in enumerate(names)
+        }
+        counts = {}
+        for name, process in processes.items():
+            _, err = process.communicate()
+            found = re.search(r"Collected : (\d+)", err)
+            if process.returncode != 0 or found is None:
+                raise RuntimeError(f"callgrind run of {name!r} failed:\n{err[-2000:]}")
+            counts[name] = int(found.group(1)) / invocations
+    return counts
+
+
+async def main(runs: int, invocations: int, rounds: int, block: int, counted: int) -> None:
     """Measure and print every figure."""
     cost = statistics.median([await callback_cost(runs) for _ in range(rounds)])
     line(
@@ -245,6 +319,21 @@ async def main(runs: int, invocations: int, rounds: int, block: int) -> None:
             f"{median:.3f}x no callbacks",
             f"{spread}; {targets[name]}" if name in targets else spread,
         )
+    if counted == 0:
+        return
+    counts = instructions(counted)
+    if counts is None:
+        line("instructions", "not measured", "valgrind not found")
+        return
+    base = counts["no callbacks"]
+    line(
+        f"instructions x{counted} no callbacks",
+        f"{base / 1e6:.2f} M per run",
+        "callgrind, every thread; repeatable on a busy machine",
+    )
+    for name, count in counts.items():
+        if name != "no callbacks":
+            line(f"instructions x{counted} {name}", f"{count / base:.3f}x no callbacks")
 
 
 if __name__ == "__main__":
@@ -253,7 +342,18 @@ if __name__ == "__main__":
     parser.add_argument("--invocations", type=int, default=200, help="ainvoke calls per round")
     parser.add_argument("--rounds", type=int, default=7, help="repeats of each measurement")
     parser.add_argument("--block", type=int, default=25, help="runs before the next variant")
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        default=50,
+        metavar="N",
+        help="also count instructions over N runs of each variant with valgrind (0: skip)",
+    )
+    parser.add_argument("--count-variant", help=argparse.SUPPRESS)  # one callgrind child
     args = parser.parse_args()
-    if args.block < 1 or args.invocations < 1:
-        parser.error("--block and --invocations must be at least 1")
-    asyncio.run(main(args.runs, args.invocations, args.rounds, args.block))
+    if args.block < 1 or args.invocations < 1 or args.instructions < 0:
+        parser.error("--block and --invocations must be at least 1, --instructions at least 0")
+    if args.count_variant is not None:
+        asyncio.run(count_one(args.count_variant, args.invocations))
+    else:
+        asyncio.run(main(args.runs, args.invocations, args.rounds, args.block, args.instructions))
