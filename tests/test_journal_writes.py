@@ -40,3 +40,19 @@ async def test_a_journal_write_with_a_refused_summary_writes_nothing(store):
     assert await store.list_events("t", "r", user_id=None) == []
     summary = await store.get_run_summary("t", "r", user_id=None)
     assert summary is not None and summary.user_id == "alice"
+
+
+async def test_a_large_journal_write_numbers_each_thread_on_from_its_last_seq(store):
+    # More events than one SQL statement takes, and more threads than one IN list.
+    threads = [f"t{i}" for i in range(70)]
+    await store._put_journal_batch([start_event("t0", "r"), start_event("t1", "r")], [])
+    events = [start_event(threads[i % len(threads)], "r") for i in range(3100)]
+    for i, event in enumerate(events):
+        event["content"] = {"i": i}
+    await store._put_journal_batch(events, [])
+    for thread_id in ("t0", "t1", "t69"):
+        stored = await store.list_events(thread_id, "r", limit=100)
+        expected = [i for i in range(3100) if threads[i % len(threads)] == thread_id]
+        skip = 1 if thread_id in ("t0", "t1") else 0
+        assert [e["content"]["i"] for e in stored[skip:]] == expected
+        assert [e["seq"] for e in stored] == list(range(1, len(stored) + 1))

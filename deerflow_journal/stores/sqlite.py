@@ -52,6 +52,7 @@ _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 _PARAMS_PER_EVENT = 10
 #: Events per INSERT statement; a larger batch is split into several in one transaction.
 ROWS_PER_STATEMENT = _MAX_VARIABLES // _PARAMS_PER_EVENT
+_NUMBERED_ROWS_PER_STATEMENT = _MAX_VARIABLES // (_PARAMS_PER_EVENT + 1)
 # Longer IN lists go through one JSON parameter instead of one placeholder per value.
 _MAX_IN_PLACEHOLDERS = 64
 
@@ -443,9 +444,12 @@ def _write_journal_batch(
         conn.commit()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for start in range(0, len(events), ROWS_PER_STATEMENT):
-            chunk = events[start : start + ROWS_PER_STATEMENT]
-            conn.execute(_append_sql(len(chunk), returning=False), _batch_params(chunk))
+        # The write lock is held: read each thread's counter once and number the rows here,
+        # which costs SQLite a third less than numbering them in SQL (no temporary tables).
+        last_seq = _last_seqs(conn, events)
+        for start in range(0, len(events), _NUMBERED_ROWS_PER_STATEMENT):
+            chunk = events[start : start + _NUMBERED_ROWS_PER_STATEMENT]
+            conn.execute(_insert_numbered_sql(len(chunk)), _numbered_params(chunk, last_seq))
         for summary in summaries:
             if conn.execute(_UPSERT_SUMMARY_QUIETLY, _summary_params(summary)).rowcount != 1:
                 raise other_users_summary_error(summary)
@@ -459,7 +463,7 @@ def _write_journal_batch(
 
 
 @functools.lru_cache(maxsize=256)
-def _append_sql(rows: int, *, if_absent: bool = False, returning: bool = True) -> str:
+def _append_sql(rows: int, *, if_absent: bool = False) -> str:
     """The one statement that numbers and inserts ``rows`` events (returning their seq).
 
     ``base`` reads each thread's counter once, before any row is inserted (the trigger moves
@@ -485,8 +489,49 @@ def _append_sql(rows: int, *, if_absent: bool = False, returning: bool = True) -
         "b.thread_id, b.run_id, b.event_type, b.category, b.content, b.metadata, "
         "b.created_at, b.user_id, b.task_id, b.caller "
         f"FROM batch AS b JOIN base ON base.thread_id = b.thread_id {absent}"
-        "ORDER BY b.i" + (" RETURNING thread_id, seq" if returning else "")
+        "ORDER BY b.i RETURNING thread_id, seq"
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_numbered_sql(rows: int) -> str:
+    """An INSERT of ``rows`` events whose seq is given (the trigger still checks it)."""
+    row = f"({', '.join('?' * (_PARAMS_PER_EVENT + 1))})"
+    return f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES {', '.join([row] * rows)}"
+
+
+def _last_seqs(conn: sqlite3.Connection, events: Iterable[PendingEvent]) -> dict[str, int]:
+    """The last seq of each thread of ``events`` (0 for a new thread); hold the write lock."""
+    last = dict.fromkeys((event.thread_id for event in events), 0)
+    if last:
+        params: list[Any] = []
+        in_list = _in_list(list(last), params)
+        sql = f"SELECT thread_id, last_seq FROM run_thread_seq WHERE thread_id IN {in_list}"
+        last.update(conn.execute(sql, params).fetchall())
+    return last
+
+
+def _numbered_params(events: Iterable[PendingEvent], last_seq: dict[str, int]) -> list[Any]:
+    """``_batch_params`` with each event's seq first, counting on from ``last_seq``."""
+    params: list[Any] = []
+    for e in events:
+        seq = last_seq[e.thread_id] = last_seq[e.thread_id] + 1
+        task_id = e.metadata.get("task_id")
+        caller = e.metadata.get("caller")
+        params += (
+            seq,
+            e.thread_id,
+            e.run_id,
+            e.event_type,
+            e.category,
+            e.content_json,
+            e.metadata_json,
+            e.created_at,
+            e.user_id,
+            task_id if isinstance(task_id, str) else None,
+            caller if isinstance(caller, str) else None,
+        )
+    return params
 
 
 def _batch_params(events: Iterable[PendingEvent]) -> list[Any]:
