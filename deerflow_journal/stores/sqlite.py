@@ -431,9 +431,17 @@ def _daemon_connection(path: str) -> aiosqlite.Connection:
 
 
 def _insert_events(conn: sqlite3.Connection, events: list[PendingEvent]) -> list[RunEvent]:
-    """Append ``events`` in one autocommit statement and return their records (worker thread)."""
-    sql = _APPEND_ONE_SQL if len(events) == 1 else _append_sql(len(events))
-    return _numbered(events, conn.execute(sql, _batch_params(events)).fetchall())
+    """Append ``events`` (autocommit connection) and return their records (worker thread)."""
+    if len(events) == 1:  # one statement, its own transaction
+        return _numbered(events, conn.execute(_APPEND_ONE_SQL, _batch_params(events)).fetchall())
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        seqs = _insert_numbered(conn, events)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return [event.record(seq) for event, seq in zip(events, seqs, strict=True)]
 
 
 def _write_journal_batch(
@@ -444,12 +452,7 @@ def _write_journal_batch(
         conn.commit()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        # The write lock is held: read each thread's counter once and number the rows here,
-        # which costs SQLite a third less than numbering them in SQL (no temporary tables).
-        last_seq = _last_seqs(conn, events)
-        for start in range(0, len(events), _NUMBERED_ROWS_PER_STATEMENT):
-            chunk = events[start : start + _NUMBERED_ROWS_PER_STATEMENT]
-            conn.execute(_insert_numbered_sql(len(chunk)), _numbered_params(chunk, last_seq))
+        _insert_numbered(conn, events)
         for summary in summaries:
             if conn.execute(_UPSERT_SUMMARY_QUIETLY, _summary_params(summary)).rowcount != 1:
                 raise other_users_summary_error(summary)
@@ -500,22 +503,34 @@ def _insert_numbered_sql(rows: int) -> str:
     return f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES {', '.join([row] * rows)}"
 
 
-def _last_seqs(conn: sqlite3.Connection, events: Iterable[PendingEvent]) -> dict[str, int]:
-    """The last seq of each thread of ``events`` (0 for a new thread); hold the write lock."""
+def _insert_numbered(conn: sqlite3.Connection, events: list[PendingEvent]) -> list[int]:
+    """Insert ``events`` numbered on from each thread's counter; return their seqs.
+
+    Call inside a write transaction: the counters are read once, and rows numbered here cost
+    SQLite a third less than rows numbered in SQL (``_append_sql`` needs temporary tables).
+    """
+    if not events:
+        return []
     last = dict.fromkeys((event.thread_id for event in events), 0)
-    if last:
-        params: list[Any] = []
-        in_list = _in_list(list(last), params)
-        sql = f"SELECT thread_id, last_seq FROM run_thread_seq WHERE thread_id IN {in_list}"
-        last.update(conn.execute(sql, params).fetchall())
-    return last
-
-
-def _numbered_params(events: Iterable[PendingEvent], last_seq: dict[str, int]) -> list[Any]:
-    """``_batch_params`` with each event's seq first, counting on from ``last_seq``."""
     params: list[Any] = []
-    for e in events:
-        seq = last_seq[e.thread_id] = last_seq[e.thread_id] + 1
+    in_list = _in_list(list(last), params)
+    sql = f"SELECT thread_id, last_seq FROM run_thread_seq WHERE thread_id IN {in_list}"
+    last.update(conn.execute(sql, params).fetchall())
+    seqs = []
+    for event in events:
+        seq = last[event.thread_id] = last[event.thread_id] + 1
+        seqs.append(seq)
+    for start in range(0, len(events), _NUMBERED_ROWS_PER_STATEMENT):
+        chunk = slice(start, start + _NUMBERED_ROWS_PER_STATEMENT)
+        rows = events[chunk]
+        conn.execute(_insert_numbered_sql(len(rows)), _numbered_params(rows, seqs[chunk]))
+    return seqs
+
+
+def _numbered_params(events: Iterable[PendingEvent], seqs: Iterable[int]) -> list[Any]:
+    """``_batch_params`` with each event's seq first."""
+    params: list[Any] = []
+    for e, seq in zip(events, seqs, strict=True):
         task_id = e.metadata.get("task_id")
         caller = e.metadata.get("caller")
         params += (
