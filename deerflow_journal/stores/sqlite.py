@@ -1,15 +1,14 @@
 """``SqliteRunEventStore``: the default backend, one SQLite file shared by many processes.
 
-Seq assignment lives in the database. Every append is one ``INSERT ... RETURNING`` statement
-that reads each thread's counter in ``run_thread_seq`` and numbers the batch from it;
-a write statement takes SQLite's write lock before it reads anything, so concurrent writers in
-other processes queue on the busy timeout instead of reading the same counter. A trigger moves
-the counter with every row and refuses a row whose seq does not follow it, so seq stays unique,
-gap-free and never reused (deletes leave the counter alone). Triggers also keep per-thread,
-per-user message counts, so ``count_messages`` does not grow with the thread. One statement is
-one round trip to aiosqlite's worker thread; only batches too large for one statement, deletes
-and setup use an explicit transaction (a journal's write, events and run summaries, is one
-transaction in one round trip).
+Seq assignment lives in the database. A write takes SQLite's write lock (``BEGIN IMMEDIATE``,
+or the single statement of a one-event ``put``) before it reads each thread's counter in
+``run_thread_seq``, so concurrent writers in other processes queue on the busy timeout instead
+of reading the same counter; it then inserts its rows numbered on from that counter. A trigger
+moves the counter with every row and refuses a row whose seq does not follow it, so seq stays
+unique, gap-free and never reused (deletes leave the counter alone), whoever writes. Triggers
+also keep per-thread, per-user message counts, so ``count_messages`` does not grow with the
+thread. Each write is one call on aiosqlite's worker thread (one round trip), however many
+statements it runs; a journal's write (events and run summaries) is one transaction.
 """
 
 from __future__ import annotations
