@@ -99,6 +99,23 @@ async def test_writes_on_a_connection_with_implicit_transactions_are_committed(t
             assert await other.get_run_summary(T, "r1") is not None
 
 
+async def test_writes_number_on_through_a_connection_with_its_own_row_and_text_factories(
+    tmp_path: Path,
+):
+    async with aiosqlite.connect(tmp_path / "j.db", isolation_level=None) as db:
+        db.row_factory = sqlite3.Row
+        db.text_factory = bytes
+        store = SqliteRunEventStore(db)
+        await store.setup()
+        for _ in range(2):
+            await store.put_batch([ev(), ev(thread_id="t2")])
+            await store._put_journal_batch([ev(), ev(thread_id="t2")], [])
+    async with SqliteRunEventStore(tmp_path / "j.db") as store:
+        for thread_id in (T, "t2"):
+            seqs = [r["seq"] for r in await store.list_messages(thread_id)]
+            assert seqs == [1, 2, 3, 4]
+
+
 async def test_from_conn_string_creates_parent_dirs_sets_up_and_closes(tmp_path: Path):
     path = tmp_path / "deep" / "er" / "journal.db"
     async with SqliteRunEventStore.from_conn_string(path) as store:

@@ -49,8 +49,10 @@ _MIN_SQLITE = (3, 35, 0)
 # SQLite's default bound-variable limit (999 before 3.32); larger batches are chunked.
 _MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
 _PARAMS_PER_EVENT = 10
-#: Events per INSERT statement; a larger batch is split into several in one transaction.
+#: Events per INSERT statement that numbers its rows in SQL (``_append_sql``); a larger batch
+#: is split into several in one transaction.
 ROWS_PER_STATEMENT = _MAX_VARIABLES // _PARAMS_PER_EVENT
+# Events per INSERT of rows numbered in Python (their seq is one more parameter each).
 _NUMBERED_ROWS_PER_STATEMENT = _MAX_VARIABLES // (_PARAMS_PER_EVENT + 1)
 # Longer IN lists go through one JSON parameter instead of one placeholder per value.
 _MAX_IN_PLACEHOLDERS = 64
@@ -74,6 +76,12 @@ _UPSERT_SUMMARY_QUIETLY = (
     "WHERE run_summaries.user_id IS excluded.user_id"
 )
 _UPSERT_SUMMARY = f"{_UPSERT_SUMMARY_QUIETLY} RETURNING id"
+# Each listed thread's counter, keyed by its index in the JSON list (an int, whatever text
+# factory the connection has).
+_LAST_SEQS_SQL = (
+    "SELECT threads.key, s.last_seq FROM json_each(?) AS threads "
+    "JOIN run_thread_seq AS s ON s.thread_id = threads.value"
+)
 _FIRST_OF_TYPE_SQL = (
     f"SELECT {_COLUMNS} FROM run_events WHERE thread_id = ? AND run_id = ? AND event_type = ? "
     "AND user_id IS ? ORDER BY seq LIMIT 1"
@@ -225,13 +233,9 @@ class SqliteRunEventStore(RunEventStore):
     # -- writes ------------------------------------------------------------------------------
 
     def _append(self, events: list[PendingEvent]) -> Awaitable[list[RunEvent]]:
-        if (
-            len(events) <= ROWS_PER_STATEMENT
-            and self._conn.isolation_level is None
-            and not self._transaction_lock.locked()
-        ):
-            # One autocommit statement, its records built on the worker thread too: one
-            # round trip, and a future the caller can shield without a task.
+        if self._conn.isolation_level is None and not self._transaction_lock.locked():
+            # The whole write in one call on the worker thread, its records built there too:
+            # one round trip, and a future the caller can shield without a task.
             return self._submit(_insert_events, events)
         return self._append_in_transaction(events)
 
@@ -510,11 +514,13 @@ def _insert_numbered(conn: sqlite3.Connection, events: list[PendingEvent]) -> li
     """
     if not events:
         return []
-    last = dict.fromkeys((event.thread_id for event in events), 0)
-    params: list[Any] = []
-    in_list = _in_list(list(last), params)
-    sql = f"SELECT thread_id, last_seq FROM run_thread_seq WHERE thread_id IN {in_list}"
-    last.update(conn.execute(sql, params).fetchall())
+    threads = list(dict.fromkeys(event.thread_id for event in events))
+    cursor = conn.cursor()
+    cursor.row_factory = None  # a caller's connection may set its own; keys come back as ints
+    found = cursor.execute(_LAST_SEQS_SQL, (encode_json(threads),)).fetchall()
+    last = dict.fromkeys(threads, 0)
+    for index, last_seq in found:
+        last[threads[index]] = last_seq
     seqs = []
     for event in events:
         seq = last[event.thread_id] = last[event.thread_id] + 1
