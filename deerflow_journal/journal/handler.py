@@ -165,8 +165,8 @@ class RunJournal(GraphCallbackHandler):
             state.message_count += 1
         if state.bound:
             self._writer.add(state, event)
-        else:
-            state.early.append(event)
+        else:  # copied now, like every event (see ``mapping.detach``)
+            state.early.append(mapping.detach(event))
 
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""

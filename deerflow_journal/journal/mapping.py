@@ -60,6 +60,7 @@ __all__ = [
     "caller_from_tags",
     "chain_name",
     "control_flow_status",
+    "detach",
     "human_input_event",
     "interrupt_from_error",
     "latest_visible_human",
@@ -171,6 +172,31 @@ class MessageDumps:
         if isinstance(value, tuple):
             return list(value)
         return str(value)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+# orjson refuses containers nested deeper than this; what lies deeper is left for it to refuse.
+_MAX_DEPTH = 254
+
+
+def detach(value: Any, depth: int = 0) -> Any:
+    """Copy the containers ``value`` is made of: dicts, other mappings, lists and tuples.
+
+    Events are encoded later, possibly on another thread, and orjson walks a container
+    without holding on to its items: one that another thread changes meanwhile (say, the
+    outputs a graph returned) can crash the process. Copies taken in the callback cannot
+    change, and they store what the callback saw. Mappings become dicts and tuples lists, as
+    they are stored anyway; models and other objects are kept as they are (a model is encoded
+    through ``model_dump()``, which builds containers of its own).
+    """
+    cls = type(value)
+    if cls in _SCALARS or depth > _MAX_DEPTH:
+        return value
+    if cls is dict or (cls is not list and cls is not tuple and isinstance(value, Mapping)):
+        return {key: detach(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [detach(item, depth + 1) for item in value]
+    return value
 
 
 def run_end_event(outputs: Any) -> EventKwargs:

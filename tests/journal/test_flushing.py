@@ -166,6 +166,23 @@ async def test_the_store_holds_a_running_summary_until_the_run_ends():
     assert ended is not None and ended.status == "success" and ended.ended_at is not None
 
 
+async def test_events_store_what_the_callbacks_saw_not_later_changes():
+    # The write encodes later, maybe on another thread: it must never walk the caller's
+    # own containers (orjson crashes on one changed under it), and it stores the snapshot.
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    outputs = {"messages": [AIMessage("first", id="a1")], "steps": [{"n": 1}]}
+    journal.record_middleware("guard", name="g", hook="before", action="ok", changes=outputs)
+    root = direct_run(journal, 1)
+    journal.on_chain_end(outputs, run_id=root)
+    outputs["messages"].append(AIMessage("later", id="a2"))
+    outputs["steps"][0]["n"] = 2
+    await journal.flush()
+    stored = {e["event_type"]: e["content"] for e in await run_events(journal)}
+    expected = {"messages": [AIMessage("first", id="a1").model_dump()], "steps": [{"n": 1}]}
+    assert stored["run.end"] == expected
+    assert stored["middleware:guard"]["changes"] == expected
+
+
 async def test_only_one_background_write_runs_at_a_time():
     store = GatedStore()
     journal = RunJournal(event_store=store, flush_threshold=2)
@@ -546,3 +563,41 @@ def test_ainvoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path
     types, summary = stored_run(tmp_path, run_program(OWNED_STORE_AINVOKE, tmp_path).strip())
     assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     assert summary is not None and summary.status == "success"
+
+
+OUTPUTS_CHANGED_DURING_WRITES = """
+import sys, threading, time, uuid
+from langchain_core.messages import AIMessage, HumanMessage
+from deerflow_journal import MemoryRunEventStore, RunJournal
+
+sys.setswitchinterval(1e-6)  # switch threads as often as possible
+messages = [AIMessage("m" * 40, id=str(i)) for i in range(50)]
+outputs = {"messages": list(messages)}
+stop = False
+
+def change_outputs():
+    while not stop:
+        outputs["messages"].append(HumanMessage("x"))
+        outputs["messages"].clear()
+        outputs["messages"].extend(messages)
+
+changer = threading.Thread(target=change_outputs)
+changer.start()
+journal = RunJournal(event_store=MemoryRunEventStore())
+deadline = time.monotonic() + 1.5
+try:
+    while time.monotonic() < deadline:  # plain invoke-style runs: written on another thread
+        root = uuid.uuid4()
+        journal.on_chain_start(None, {}, run_id=root, name="graph")
+        journal.on_chain_end(outputs, run_id=root)
+finally:
+    stop = True
+    changer.join()
+print("done")
+"""
+
+
+def test_outputs_changed_by_another_thread_while_they_are_written_do_not_crash(tmp_path):
+    # Before callbacks copied their containers, this crashed the interpreter (SIGSEGV)
+    # within a second: orjson was walking the very list the other thread changed.
+    assert run_program(OUTPUTS_CHANGED_DURING_WRITES, tmp_path).strip() == "done"

@@ -366,3 +366,24 @@ def test_memory_context_needs_64_lowercase_hex_characters():
     for bad in ("AB" * 32, "ab" * 31, "zz" * 32, None):
         with pytest.raises(ValueError, match="content_sha256"):
             mapping.memory_context_event(bad)  # type: ignore[arg-type]
+
+
+def test_detach_copies_every_container_and_keeps_everything_else():
+    message = AIMessage("x", id="a")
+    value = {"p": Point(1, [2]), "m": FreshMessage("f"), "list": [message, (3, {"k": "v"})]}
+    copied = mapping.detach(value)
+    assert copied == {"p": [1, [2]], "m": {"m": AIMessage("f")}, "list": [message, [3, {"k": "v"}]]}
+    assert copied["list"][0] is message
+    assert copied["p"][1] is not value["p"][1]
+    assert copied["list"][1][1] is not value["list"][1][1]
+    assert plain(copied) == plain(value)
+
+
+def test_detach_stops_at_the_depth_json_refuses_anyway():
+    looped: list[Any] = []
+    looped.append(looped)
+    copied = mapping.detach(looped)
+    depth = 0
+    while copied is not looped:
+        copied, depth = copied[0], depth + 1
+    assert depth == 255  # levels 0 to 254 are copies, then the loop itself
