@@ -160,13 +160,15 @@ class RunJournal(GraphCallbackHandler):
 
     # -- run state (call with self._lock held) -------------------------------------------------
 
-    def _emit(self, state: RunState, event: Mapping[str, Any]) -> None:
+    def _emit(self, state: RunState, event: Any) -> None:
+        # Nothing the caller can still change is left for the (later) encoding to walk.
+        event = mapping.detached_event(event)
         if event["category"] == "message":
             state.message_count += 1
         if state.bound:
             self._writer.add(state, event)
-        else:  # copied now, like every event (see ``mapping.detach``)
-            state.early.append(mapping.detach(event))
+        else:
+            state.early.append(event)
 
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""

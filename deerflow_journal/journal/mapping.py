@@ -61,6 +61,7 @@ __all__ = [
     "chain_name",
     "control_flow_status",
     "detach",
+    "detached_event",
     "human_input_event",
     "interrupt_from_error",
     "latest_visible_human",
@@ -142,7 +143,7 @@ def run_start_event(
     name: str | None, caller: str, metadata: Mapping[str, Any] | None
 ) -> EventKwargs:
     """``run.start`` for a root chain start."""
-    return _event(RUN_START_EVENT, {"chain": name}, {**(metadata or {}), "caller": caller})
+    return _event(RUN_START_EVENT, {"chain": name}, {**detach(metadata or {}), "caller": caller})
 
 
 class MessageDumps:
@@ -174,9 +175,30 @@ class MessageDumps:
         return str(value)
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+# What ``detach`` does with a value of each type: keep it, copy it as a mapping, or as a list.
+_KEEP, _MAPPING, _SEQUENCE = 0, 1, 2
+_KINDS: dict[type, int] = {
+    **dict.fromkeys((str, int, float, bool, type(None)), _KEEP),
+    dict: _MAPPING,
+    list: _SEQUENCE,
+    tuple: _SEQUENCE,
+}
 # orjson refuses containers nested deeper than this; what lies deeper is left for it to refuse.
 _MAX_DEPTH = 254
+
+
+def _kind(cls: type) -> int:
+    kind = _KINDS.get(cls)
+    if kind is None:
+        if issubclass(cls, Mapping):
+            kind = _MAPPING
+        elif issubclass(cls, list | tuple):
+            kind = _SEQUENCE
+        else:
+            kind = _KEEP
+        if len(_KINDS) < 4096:  # bounded: classes made on the fly would pile up
+            _KINDS[cls] = kind
+    return kind
 
 
 def detach(value: Any, depth: int = 0) -> Any:
@@ -189,14 +211,31 @@ def detach(value: Any, depth: int = 0) -> Any:
     they are stored anyway; models and other objects are kept as they are (a model is encoded
     through ``model_dump()``, which builds containers of its own).
     """
-    cls = type(value)
-    if cls in _SCALARS or depth > _MAX_DEPTH:
+    kind = _KINDS.get(type(value))
+    if kind is None:
+        kind = _kind(type(value))
+    if kind == _KEEP or depth > _MAX_DEPTH:
         return value
-    if cls is dict or (cls is not list and cls is not tuple and isinstance(value, Mapping)):
-        return {key: detach(item, depth + 1) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [detach(item, depth + 1) for item in value]
-    return value
+    depth += 1
+    # Items that are kept as they are skip the call: most of what callbacks see is scalars.
+    if kind == _MAPPING:
+        return {
+            key: item if _KINDS.get(type(item)) == _KEEP else detach(item, depth)
+            for key, item in value.items()
+        }
+    return [item if _KINDS.get(type(item)) == _KEEP else detach(item, depth) for item in value]
+
+
+def detached_event(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with its content detached (see ``detach``); strings and messages stay as is.
+
+    Metadata needs nothing here: the functions of this module build it afresh for each event
+    and detach what they put in it from the caller (model usage, a run's config metadata).
+    """
+    content = event.get("content")
+    if _KINDS.get(type(content)) != _KEEP:
+        event["content"] = detach(content)
+    return event
 
 
 def run_end_event(outputs: Any) -> EventKwargs:
@@ -356,7 +395,7 @@ def ai_response_event(
     """``llm.ai.response`` for one generated message."""
     metadata = {
         "caller": caller,
-        "usage": message.usage_metadata or {},
+        "usage": detach(message.usage_metadata) if message.usage_metadata else {},
         "latency_ms": latency_ms,
         "llm_call_index": llm_call_index,
     }

@@ -20,7 +20,6 @@ from typing import Any
 
 from deerflow_journal.journal.buffer import EventBuffer, SummaryBuilder
 from deerflow_journal.journal.loops import background_loop, running_loop
-from deerflow_journal.journal.mapping import detach
 from deerflow_journal.journal.progress import ProgressThrottle
 from deerflow_journal.journal.state import RunState
 from deerflow_journal.stores.base import RunEventStore
@@ -117,9 +116,6 @@ class JournalWriter:
             "user_id": state.user_id,
             "created_at": time.time(),
             **event,
-            # Nothing the caller can still change is left for the (later) encoding to walk.
-            "content": detach(event.get("content", "")),
-            "metadata": detach(event.get("metadata")),
         }
         if self.buffer.add(record):
             self.buffer.kick(self.write_loop(state.sync))

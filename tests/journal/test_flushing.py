@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
 
 from deerflow_journal import (
     MemoryRunEventStore,
@@ -172,15 +173,25 @@ async def test_events_store_what_the_callbacks_saw_not_later_changes():
     journal = RunJournal(event_store=MemoryRunEventStore())
     outputs = {"messages": [AIMessage("first", id="a1")], "steps": [{"n": 1}]}
     journal.record_middleware("guard", name="g", hook="before", action="ok", changes=outputs)
-    root = direct_run(journal, 1)
+    config = {"tags": ["x"], "limits": {"steps": 3}}
+    root = uuid.uuid4()
+    journal.on_chain_start(None, {}, run_id=root, name="graph", metadata={"config": config})
+    usage = {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
+    answer = AIMessage("hi", id="a0", usage_metadata=usage)  # type: ignore[arg-type]
+    result = LLMResult(generations=[[ChatGeneration(message=answer)]])
+    journal.on_llm_end(result, run_id=uuid.uuid4(), parent_run_id=root)
     journal.on_chain_end(outputs, run_id=root)
     outputs["messages"].append(AIMessage("later", id="a2"))
     outputs["steps"][0]["n"] = 2
+    config["limits"]["steps"] = 9
+    answer.usage_metadata["input_tokens"] = 99  # type: ignore[index]
     await journal.flush()
-    stored = {e["event_type"]: e["content"] for e in await run_events(journal)}
+    stored = {e["event_type"]: e for e in await run_events(journal)}
     expected = {"messages": [AIMessage("first", id="a1").model_dump()], "steps": [{"n": 1}]}
-    assert stored["run.end"] == expected
-    assert stored["middleware:guard"]["changes"] == expected
+    assert stored["run.end"]["content"] == expected
+    assert stored["middleware:guard"]["content"]["changes"] == expected
+    assert stored["run.start"]["metadata"]["config"] == {"tags": ["x"], "limits": {"steps": 3}}
+    assert stored["llm.ai.response"]["metadata"]["usage"]["input_tokens"] == 3
 
 
 async def test_only_one_background_write_runs_at_a_time():
