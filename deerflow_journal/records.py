@@ -38,6 +38,7 @@ __all__ = [
     "normalise_event",
     "resolve_read_user",
     "user_scope",
+    "utc_timestamp",
 ]
 
 ID_MAX_LENGTH = 128
@@ -201,8 +202,39 @@ def decode_json(text: str | bytes) -> Any:
     return orjson.loads(text)
 
 
+# The stored form of a timestamp; a string already in it is kept once its date and time of
+# day (up to the second) are known to be valid, which is cached: events come in bursts.
+_STORED_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00")
+_VALID_SECONDS: dict[str, None] = {}
+_SECOND_PREFIXES: dict[int, str] = {}  # "YYYY-MM-DDTHH:MM:SS" of recent epoch seconds
+
+
+def utc_timestamp(seconds: float) -> str:
+    """Format a ``time.time()`` value as a stored timestamp, without building a datetime."""
+    second, micro = divmod(round(seconds * 1_000_000), 1_000_000)
+    prefix = _SECOND_PREFIXES.get(second)
+    if prefix is None:
+        if len(_SECOND_PREFIXES) >= 1024:
+            _SECOND_PREFIXES.clear()
+        prefix = datetime.fromtimestamp(second, UTC).isoformat()[:19]
+        _SECOND_PREFIXES[second] = prefix
+    return f"{prefix}.{micro:06d}+00:00"
+
+
 def normalise_created_at(value: datetime | str | None, field: str = "created_at") -> str:
     """Return ``value`` as an ISO-8601 UTC timestamp; naive values are taken as UTC."""
+    if type(value) is str and _STORED_TIMESTAMP.fullmatch(value):
+        if value[:19] in _VALID_SECONDS:
+            return value
+        try:
+            valid = datetime.fromisoformat(value).isoformat(timespec="microseconds") == value
+        except ValueError:
+            valid = False
+        if valid:
+            if len(_VALID_SECONDS) >= 1024:
+                _VALID_SECONDS.clear()
+            _VALID_SECONDS[value[:19]] = None
+            return value
     if value is None:
         moment = datetime.now(UTC)
     elif isinstance(value, datetime):
@@ -347,7 +379,9 @@ def normalise_batch(
     """Normalise a whole batch before anything is written; errors name the event's index."""
     if isinstance(events, _NOT_BATCHES) or not isinstance(events, Sequence):
         raise TypeError(f"events must be a list of event dicts, got {type(events).__name__}")
-    now = normalise_created_at(None)
+    # One timestamp for the events without one, taken only if there are any.
+    undated = any(type(e) is not dict or e.get("created_at") is None for e in events)
+    now = normalise_created_at(None) if undated else None
     return [
         normalise_event(
             event, max_trace_content=max_trace_content, index=i, now=now, default=default

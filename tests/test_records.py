@@ -16,6 +16,7 @@ from deerflow_journal.records import (
     normalise_created_at,
     normalise_event,
     resolve_read_user,
+    utc_timestamp,
 )
 from deerflow_journal.stores import DEFAULT_STORE_URL, STORE_URL_ENV, default_store_url, open_store
 
@@ -98,6 +99,36 @@ def test_missing_required_field_is_named():
 )
 def test_created_at_is_normalised_to_aware_utc(value, expected):
     assert normalise_created_at(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-13-01T00:00:00.000000+00:00",  # the stored form, but no such month
+        "2026-02-30T00:00:00.000000+00:00",
+        "2026-01-01T24:00:00.000000+00:00",
+    ],
+)
+def test_created_at_in_the_stored_form_is_still_checked(value):
+    normalise_created_at("2026-01-01T23:59:59.000000+00:00")  # a valid second, now cached
+    with pytest.raises(ValueError, match="created_at"):
+        normalise_created_at(value)
+
+
+def test_created_at_in_the_stored_form_is_kept_as_it_is():
+    for _ in range(2):  # checked the first time, known the second
+        stored = "2026-03-04T05:06:07.123456+00:00"
+        assert normalise_created_at(stored) is stored
+
+
+@pytest.mark.parametrize(
+    "seconds", [0.0, 1.5, 1_796_000_000.000001, 1_796_000_000.999999, 1_796_000_000.9999996]
+)
+def test_utc_timestamp_is_the_stored_form_of_a_time_time_value(seconds):
+    stamp = utc_timestamp(seconds)
+    assert normalise_created_at(stamp) == stamp
+    moment = datetime.fromisoformat(stamp)
+    assert abs(moment - datetime.fromtimestamp(seconds, UTC)) <= timedelta(microseconds=1)
 
 
 def test_created_at_of_another_type_is_a_type_error():

@@ -20,12 +20,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from deerflow_journal.journal.loops import running_loop
 from deerflow_journal.journal.mapping import MessageDumps
-from deerflow_journal.records import normalise_event
+from deerflow_journal.records import normalise_event, utc_timestamp
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.summary import RunSummary
 
@@ -38,11 +37,11 @@ SummaryBuilder = Callable[[], RunSummary]
 
 
 def _timestamped(event: dict[str, Any]) -> dict[str, Any]:
-    """Turn the event's ``time.time()`` into the datetime a store takes (in place: the event
+    """Turn the event's ``time.time()`` into the timestamp a store takes (in place: the event
     is ours, and a retried batch finds it done)."""
     created_at = event["created_at"]
     if isinstance(created_at, float):
-        event["created_at"] = datetime.fromtimestamp(created_at, UTC)
+        event["created_at"] = utc_timestamp(created_at)
     return event
 
 
