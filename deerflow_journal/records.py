@@ -11,6 +11,7 @@ import contextlib
 import contextvars
 import enum
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -204,14 +205,24 @@ def decode_json(text: str | bytes) -> Any:
 
 # The stored form of a timestamp; a string already in it is kept once its date and time of
 # day (up to the second) are known to be valid, which is cached: events come in bursts.
-_STORED_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00")
+_STORED_TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\+00:00"
+)
 _VALID_SECONDS: dict[str, None] = {}
 _SECOND_PREFIXES: dict[int, str] = {}  # "YYYY-MM-DDTHH:MM:SS" of recent epoch seconds
 
 
 def utc_timestamp(seconds: float) -> str:
-    """Format a ``time.time()`` value as a stored timestamp, without building a datetime."""
-    second, micro = divmod(round(seconds * 1_000_000), 1_000_000)
+    """Format a ``time.time()`` value as a stored timestamp, without building a datetime.
+
+    Microseconds are rounded as ``datetime.fromtimestamp`` rounds them.
+    """
+    fraction, whole = math.modf(seconds)
+    second, micro = int(whole), round(fraction * 1e6)
+    if micro >= 1_000_000:
+        second, micro = second + 1, micro - 1_000_000
+    elif micro < 0:
+        second, micro = second - 1, micro + 1_000_000
     prefix = _SECOND_PREFIXES.get(second)
     if prefix is None:
         if len(_SECOND_PREFIXES) >= 1024:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -121,14 +122,21 @@ def test_created_at_in_the_stored_form_is_kept_as_it_is():
         assert normalise_created_at(stored) is stored
 
 
-@pytest.mark.parametrize(
-    "seconds", [0.0, 1.5, 1_796_000_000.000001, 1_796_000_000.999999, 1_796_000_000.9999996]
-)
-def test_utc_timestamp_is_the_stored_form_of_a_time_time_value(seconds):
-    stamp = utc_timestamp(seconds)
-    assert normalise_created_at(stamp) == stamp
-    moment = datetime.fromisoformat(stamp)
-    assert abs(moment - datetime.fromtimestamp(seconds, UTC)) <= timedelta(microseconds=1)
+def test_created_at_in_the_stored_form_needs_ascii_digits():
+    normalise_created_at("2026-01-01T00:00:00.000000+00:00")  # its second is now cached
+    arabic = "".join(chr(0x0660 + int(digit)) for digit in "123456")
+    with pytest.raises(ValueError, match="created_at"):
+        normalise_created_at(f"2026-01-01T00:00:00.{arabic}+00:00")
+
+
+def test_utc_timestamp_is_the_stored_form_of_what_fromtimestamp_gives():
+    rng = random.Random(7)
+    values = [0.0, 1.5, 0.9999995, 1_796_000_000.0000005, 1_796_000_000.9999995]
+    values += [rng.uniform(1.6e9, 1.9e9) for _ in range(20_000)]
+    for seconds in values:
+        stamp = utc_timestamp(seconds)
+        assert stamp == datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")
+        assert normalise_created_at(stamp) == stamp
 
 
 def test_created_at_of_another_type_is_a_type_error():

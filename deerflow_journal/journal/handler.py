@@ -330,6 +330,8 @@ class RunJournal(GraphCallbackHandler):
             if state is None or state.ended:
                 return
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
+            # Copied now: with workspace roots it is written after the caller has its outputs.
+            mapping.detached_event(terminal)
             state.end(status, error if status in ("error", "cancelled") else None)
             for key, value in list(self._runs.items()):
                 if value is state:

@@ -190,7 +190,9 @@ _MAX_DEPTH = 254
 def _kind(cls: type) -> int:
     kind = _KINDS.get(cls)
     if kind is None:
-        if issubclass(cls, Mapping):
+        if issubclass(cls, BaseModel):  # dumped whole later, even if it is also a Mapping
+            kind = _KEEP
+        elif issubclass(cls, Mapping):
             kind = _MAPPING
         elif issubclass(cls, list | tuple):
             kind = _SEQUENCE
@@ -201,7 +203,7 @@ def _kind(cls: type) -> int:
     return kind
 
 
-def detach(value: Any, depth: int = 0) -> Any:
+def detach(value: Any) -> Any:
     """Copy the containers ``value`` is made of: dicts, other mappings, lists and tuples.
 
     Events are encoded later, possibly on another thread, and orjson walks a container
@@ -209,21 +211,32 @@ def detach(value: Any, depth: int = 0) -> Any:
     outputs a graph returned) can crash the process. Copies taken in the callback cannot
     change, and they store what the callback saw. Mappings become dicts and tuples lists, as
     they are stored anyway; models and other objects are kept as they are (a model is encoded
-    through ``model_dump()``, which builds containers of its own).
+    through ``model_dump()``, which builds containers of its own). A container found inside
+    itself, or deeper than JSON goes, is kept as it is: encoding it fails as it always did.
     """
+    return _detach(value, set())
+
+
+def _detach(value: Any, path: set[int]) -> Any:
     kind = _KINDS.get(type(value))
     if kind is None:
         kind = _kind(type(value))
-    if kind == _KEEP or depth > _MAX_DEPTH:
+    if kind == _KEEP:
         return value
-    depth += 1
-    # Items that are kept as they are skip the call: most of what callbacks see is scalars.
-    if kind == _MAPPING:
-        return {
-            key: item if _KINDS.get(type(item)) == _KEEP else detach(item, depth)
-            for key, item in value.items()
-        }
-    return [item if _KINDS.get(type(item)) == _KEEP else detach(item, depth) for item in value]
+    key = id(value)
+    if key in path or len(path) > _MAX_DEPTH:
+        return value
+    path.add(key)
+    try:
+        # Items kept as they are skip the call: most of what callbacks see is scalars.
+        if kind == _MAPPING:
+            return {
+                name: item if _KINDS.get(type(item)) == _KEEP else _detach(item, path)
+                for name, item in value.items()
+            }
+        return [item if _KINDS.get(type(item)) == _KEEP else _detach(item, path) for item in value]
+    finally:
+        path.discard(key)
 
 
 def detached_event(event: dict[str, Any]) -> dict[str, Any]:

@@ -379,11 +379,21 @@ def test_detach_copies_every_container_and_keeps_everything_else():
     assert plain(copied) == plain(value)
 
 
-def test_detach_stops_at_the_depth_json_refuses_anyway():
+def test_detach_keeps_a_container_found_inside_itself():
     looped: list[Any] = []
     looped.append(looped)
     copied = mapping.detach(looped)
-    depth = 0
-    while copied is not looped:
-        copied, depth = copied[0], depth + 1
-    assert depth == 255  # levels 0 to 254 are copies, then the loop itself
+    assert copied is not looped and copied[0] is looped
+    twice: dict[str, Any] = {}
+    twice["a"] = twice["b"] = twice  # two ways back in: copying it whole would never end
+    assert mapping.detach(twice) == {"a": twice, "b": twice}
+
+
+def test_detach_stops_at_the_depth_json_refuses_anyway():
+    deep: list[Any] = []
+    for _ in range(300):
+        deep = [deep]
+    copied, depth = mapping.detach(deep), 0
+    while copied is not deep:
+        copied, deep, depth = copied[0], deep[0], depth + 1
+    assert depth == 255  # levels 0 to 254 are copies, then the original goes on

@@ -150,6 +150,19 @@ async def test_workspace_roots_record_the_runs_file_changes(tmp_path):
     assert (change["path"], change["status"]) == ("/mnt/user-data/outputs/report.md", "created")
 
 
+async def test_with_workspace_roots_run_end_stores_the_outputs_as_the_run_ended(tmp_path):
+    # The run's end waits for the workspace diff: the caller has its outputs back by then.
+    root = workspace(tmp_path)
+    journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
+    outputs = await writer_agent(root.host_path).ainvoke(QUESTION, {"callbacks": [journal]})
+    ended_with = [message.content for message in outputs["messages"]]
+    outputs["messages"].append(AIMessage("added by the caller afterwards"))
+    events = await run_events(journal, flush=True)
+    stored = events[-1]["content"]["messages"]
+    assert events[-1]["event_type"] == "run.end"
+    assert [message["content"] for message in stored] == ended_with
+
+
 def test_workspace_changes_under_invoke(tmp_path):
     root = workspace(tmp_path)
     journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
