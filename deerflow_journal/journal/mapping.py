@@ -214,27 +214,42 @@ def detach(value: Any) -> Any:
     through ``model_dump()``, which builds containers of its own). A container found inside
     itself, or deeper than JSON goes, is kept as it is: encoding it fails as it always did.
     """
-    return _detach(value, set())
-
-
-def _detach(value: Any, path: set[int]) -> Any:
     kind = _KINDS.get(type(value))
     if kind is None:
         kind = _kind(type(value))
     if kind == _KEEP:
         return value
+    if type(value) is dict:  # the common case, a dict of scalars, is one copy in C
+        for item in value.values():
+            if _KINDS.get(type(item)) != _KEEP:
+                break
+        else:
+            return value.copy()
+    return _detach(value, kind, set())
+
+
+def _detach(value: Any, kind: int, path: set[int]) -> Any:
+    """Copy a container (``kind``) and the containers in it; ``path`` holds their ancestors."""
     key = id(value)
     if key in path or len(path) > _MAX_DEPTH:
         return value
     path.add(key)
     try:
-        # Items kept as they are skip the call: most of what callbacks see is scalars.
+        copied: Any
         if kind == _MAPPING:
-            return {
-                name: item if _KINDS.get(type(item)) == _KEEP else _detach(item, path)
-                for name, item in value.items()
-            }
-        return [item if _KINDS.get(type(item)) == _KEEP else _detach(item, path) for item in value]
+            copied = value.copy() if type(value) is dict else dict(value.items())
+            items = copied.items()
+        else:
+            copied = list(value)
+            items = enumerate(copied)
+        # Items kept as they are (most of what callbacks see: scalars, messages) stay put.
+        for index, item in items:
+            item_kind = _KINDS.get(type(item))
+            if item_kind is None:
+                item_kind = _kind(type(item))
+            if item_kind != _KEEP:
+                copied[index] = _detach(item, item_kind, path)
+        return copied
     finally:
         path.discard(key)
 
