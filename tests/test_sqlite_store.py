@@ -494,3 +494,27 @@ async def test_a_cancelled_write_is_committed_when_the_cancellation_is_seen(tmp_
             await task
         with sqlite3.connect(path) as other:
             assert other.execute("SELECT count(*) FROM run_events").fetchone() == (size,)
+
+
+async def test_a_setup_cancelled_while_waiting_for_the_write_lock_leaves_it_free(tmp_path):
+    # Writes are shielded; setup is not. On a connection the store does not own (and so does
+    # not close on failure), a BEGIN still queued when the cancel came must be undone.
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path):
+        pass  # the schema exists: setting up again only opens a checking transaction
+    holder = sqlite3.connect(path, isolation_level=None, timeout=0)
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        holder.execute("BEGIN IMMEDIATE")  # the store's BEGIN now waits for this lock
+        task = asyncio.ensure_future(SqliteRunEventStore(db).setup())
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        holder.rollback()  # the queued BEGIN gets the lock now, and must give it back
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)  # ample for SQLite's busy handler to retry a queued BEGIN
+        assert not db.in_transaction
+        holder.execute("BEGIN IMMEDIATE")  # free: with timeout=0 a held lock would raise
+        holder.rollback()
+    holder.close()

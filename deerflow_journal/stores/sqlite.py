@@ -222,7 +222,16 @@ class SqliteRunEventStore(RunEventStore):
             db = self._conn
             if db.in_transaction:
                 await db.commit()
-            await db.execute_fetchall("BEGIN IMMEDIATE")
+            begin = self._submit(_begin_immediate)
+            try:
+                await asyncio.shield(begin)
+            except BaseException:
+                # Cancelled while BEGIN waits for the write lock: it still runs on the worker
+                # thread, and would leave the file locked for every other process. Undo it.
+                await asyncio.wait([begin])
+                if db.in_transaction:
+                    await db.rollback()
+                raise
             try:
                 yield db
             except BaseException:
@@ -431,6 +440,10 @@ def _daemon_connection(path: str) -> aiosqlite.Connection:
     builder.start()
     builder.join()
     return built[0]
+
+
+def _begin_immediate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
 
 
 def _insert_events(conn: sqlite3.Connection, events: list[PendingEvent]) -> list[RunEvent]:
