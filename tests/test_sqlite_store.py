@@ -518,3 +518,22 @@ async def test_a_setup_cancelled_while_waiting_for_the_write_lock_leaves_it_free
         holder.execute("BEGIN IMMEDIATE")  # free: with timeout=0 a held lock would raise
         holder.rollback()
     holder.close()
+
+
+async def test_setup_waits_for_another_connection_holding_the_write_lock(tmp_path):
+    # SQLite refuses a switch to WAL at once (no busy wait) while another connection of a
+    # file not yet in WAL mode holds its write lock, as another process setting up may.
+    path = tmp_path / "j.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("CREATE TABLE unrelated (x)")
+    other.execute("BEGIN IMMEDIATE")
+    store = SqliteRunEventStore(path)
+    setup = asyncio.ensure_future(store.setup())
+    await asyncio.sleep(0.2)
+    assert not setup.done()
+    other.rollback()
+    other.close()
+    await setup
+    await store.put(**ev())
+    assert [e["seq"] for e in await store.list_messages(T)] == [1]
+    await store.close()

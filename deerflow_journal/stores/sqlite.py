@@ -19,6 +19,7 @@ import functools
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -152,7 +153,7 @@ class SqliteRunEventStore(RunEventStore):
         db = self._conn
         if db.in_transaction:
             await db.commit()
-        await db.execute_fetchall("PRAGMA journal_mode = WAL")  # kept in the file
+        await _use_wal(db)
         async with self._transaction() as db:
             await db.execute_fetchall(
                 "CREATE TABLE IF NOT EXISTS run_event_migrations "
@@ -423,6 +424,25 @@ async def _open(path: str) -> aiosqlite.Connection:
         await db.close()
         raise
     return db
+
+
+async def _use_wal(db: aiosqlite.Connection) -> None:
+    """Switch the file to WAL mode (kept in the file; a no-op once it is).
+
+    While another connection holds the write lock, SQLite refuses the switch at once instead
+    of waiting for the busy timeout (it could deadlock otherwise): retry until that timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    delay = 0.005
+    while True:
+        try:
+            await db.execute_fetchall("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 def _daemon_connection(path: str) -> aiosqlite.Connection:
