@@ -256,7 +256,7 @@ def instructions(invocations: int) -> dict[str, float] | None:
     instructions, not seconds: the figures repeat whatever else the machine is doing.
     """
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        return None
+        return None  # callgrind_control ships with valgrind
     with tempfile.TemporaryDirectory() as tmp:
         names = ["no callbacks", "no-op handler", "journal+memory", "journal+sqlite"]
         if importlib.util.find_spec("deerflow_journal.stores.sqlite") is None:
@@ -282,12 +282,18 @@ def instructions(invocations: int) -> dict[str, float] | None:
             for i, name in enumerate(names)
         }
         counts = {}
-        for name, process in processes.items():
-            _, err = process.communicate()
-            found = re.search(r"Collected : (\d+)", err)
-            if process.returncode != 0 or found is None:
-                raise RuntimeError(f"callgrind run of {name!r} failed:\n{err[-2000:]}")
-            counts[name] = int(found.group(1)) / invocations
+        try:
+            for name, process in processes.items():
+                _, err = process.communicate()
+                found = re.search(r"Collected : (\d+)", err)
+                if process.returncode != 0 or found is None:
+                    raise RuntimeError(f"callgrind run of {name!r} failed:\n{err[-2000:]}")
+                counts[name] = int(found.group(1)) / invocations
+        finally:
+            for process in processes.values():  # after a failure, stop the others
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
     return counts
 
 

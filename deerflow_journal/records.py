@@ -376,9 +376,11 @@ def normalise_event(
 def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], Any]) -> str:
     try:
         return encode_json(value, default)
-    except (TypeError, RecursionError) as exc:
-        # orjson says "Recursion limit reached" for deep or circular values: name the field.
-        raise ValueError(f"{where}{field} cannot be stored as JSON: {exc}") from None
+    except Exception as exc:
+        # orjson says "Recursion limit reached" for deep or circular values, and a value's own
+        # code (a mapping's iteration, a __str__) may raise anything: either way this value
+        # cannot be stored, which is a ValueError naming the field.
+        raise ValueError(f"{where}{field} cannot be stored as JSON: {exc!r}") from None
 
 
 def normalise_batch(

@@ -2,16 +2,19 @@
 
 Every function takes what a callback received and returns the keyword arguments of one event
 (``event_type``, ``category``, ``content``, ``metadata``) or the values they are built from.
-Nothing here does I/O or keeps state, so each rule is testable on its own.
+Nothing here does I/O, so each rule is testable on its own (the only state is a cache of how
+``detach`` treats each type).
 
 Content may still hold the callback's LangChain messages: the batch that writes them encodes
 each as its ``model_dump()`` (``MessageDumps``), off the callback path (LangSmith's tracer
-defers serialisation the same way).
+defers serialisation the same way). Containers, though, are copied in the callback
+(``detach``/``detached_event``): the caller may change its own while the batch is encoded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
@@ -83,6 +86,8 @@ __all__ = [
     "tool_result_messages",
     "tool_unresolved_event",
 ]
+
+logger = logging.getLogger(__name__)
 
 LEAD_AGENT = "lead_agent"
 LAST_AI_MESSAGE_MAX_CHARS = 2000
@@ -220,11 +225,12 @@ def detach(value: Any) -> Any:
     if kind == _KEEP:
         return value
     if type(value) is dict:  # the common case, a dict of scalars, is one copy in C
-        for item in value.values():
+        copied = value.copy()
+        for item in copied.values():
             if _KINDS.get(type(item)) != _KEEP:
                 break
         else:
-            return value.copy()
+            return copied
     return _detach(value, kind, set())
 
 
@@ -262,7 +268,10 @@ def detached_event(event: dict[str, Any]) -> dict[str, Any]:
     """
     content = event.get("content")
     if _KINDS.get(type(content)) != _KEEP:
-        event["content"] = detach(content)
+        try:
+            event["content"] = detach(content)
+        except Exception:  # e.g. a mapping that fails to list itself: encoding will say so
+            logger.warning("could not copy the content of a %s event", event.get("event_type"))
     return event
 
 

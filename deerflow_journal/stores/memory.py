@@ -14,9 +14,13 @@ __all__ = ["MemoryRunEventStore"]
 
 # A stored event: a plain tuple of strings and ints, which the garbage collector stops
 # tracking, so a store holding many events adds nothing to collection pauses. task_id and
-# caller are taken at write time for the queries that filter on them.
+# caller are taken at write time, when they are strings, for the queries that filter on them.
 _Row = tuple[int, str, str, str, str, str, str, "str | None", Any, Any]
 _SEQ, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(10)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class _Thread:
@@ -93,8 +97,8 @@ class MemoryRunEventStore(RunEventStore):
                 event.metadata_json,
                 event.created_at,
                 event.user_id,
-                metadata.get("task_id"),
-                metadata.get("caller"),
+                _text_or_none(metadata.get("task_id")),
+                _text_or_none(metadata.get("caller")),
             )
         )
         return seq

@@ -7,8 +7,10 @@ of reading the same counter; it then inserts its rows numbered on from that coun
 moves the counter with every row and refuses a row whose seq does not follow it, so seq stays
 unique, gap-free and never reused (deletes leave the counter alone), whoever writes. Triggers
 also keep per-thread, per-user message counts, so ``count_messages`` does not grow with the
-thread. Each write is one call on aiosqlite's worker thread (one round trip), however many
-statements it runs; a journal's write (events and run summaries) is one transaction.
+thread. On the store's own connection an append is one call on aiosqlite's worker thread (one
+round trip), however many statements it runs, and a journal's write (events and run
+summaries) is one transaction. A caller's connection in implicit-transaction mode,
+``put_if_absent`` and deletes take the statement-by-statement path, numbering rows in SQL.
 """
 
 from __future__ import annotations
@@ -228,10 +230,9 @@ class SqliteRunEventStore(RunEventStore):
                 await asyncio.shield(begin)
             except BaseException:
                 # Cancelled while BEGIN waits for the write lock: it still runs on the worker
-                # thread, and would leave the file locked for every other process. Undo it.
-                await asyncio.wait([begin])
-                if db.in_transaction:
-                    await db.rollback()
+                # thread, and would leave the file locked for every other process. A rollback
+                # queued behind it undoes it, whatever other cancellations come.
+                self._submit(_rollback_if_in_transaction).add_done_callback(_retrieve)
                 raise
             try:
                 yield db
@@ -439,7 +440,8 @@ async def _use_wal(db: aiosqlite.Connection) -> None:
             await db.execute_fetchall("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+            code = getattr(exc, "sqlite_errorcode", None)  # extended: the low byte is BUSY
+            if code is None or code & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.1)
@@ -464,6 +466,17 @@ def _daemon_connection(path: str) -> aiosqlite.Connection:
 
 def _begin_immediate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
+
+
+def _rollback_if_in_transaction(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.rollback()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future nobody awaits as seen (its error, if any, is not worth a warning)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _insert_events(conn: sqlite3.Connection, events: list[PendingEvent]) -> list[RunEvent]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -332,6 +333,29 @@ async def test_an_event_that_can_never_be_stored_is_dropped_alone_and_logged(cap
     assert [e["content"]["tool_call_id"] for e in events[1:3]] == ["d0", "d1"]
     dropped = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(dropped) == 1 and "llm.tool.result" in dropped[0].getMessage()
+
+
+class UnlistableMapping(Mapping[str, Any]):
+    """A mapping that fails whenever it is read (a broken proxy, say)."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("cannot list")
+
+    def __len__(self) -> int:
+        return 1
+
+
+async def test_outputs_that_cannot_be_copied_still_end_the_run(caplog):
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    root = direct_run(journal, 1)
+    journal.on_chain_end(UnlistableMapping(), run_id=root)
+    await journal.flush()
+    assert journal.summary().status == "success"
+    assert [e["event_type"] for e in await run_events(journal)] == ["run.start"]
+    assert "can never store" in caplog.text  # run.end is dropped and said so, as before
 
 
 async def test_a_store_that_is_down_is_retried_once_per_threshold_not_per_event():
