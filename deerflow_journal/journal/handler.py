@@ -160,9 +160,10 @@ class RunJournal(GraphCallbackHandler):
 
     # -- run state (call with self._lock held) -------------------------------------------------
 
-    def _emit(self, state: RunState, event: Any) -> None:
+    def _emit(self, state: RunState, event: Any, *, detached: bool = False) -> None:
         # Nothing the caller can still change is left for the (later) encoding to walk.
-        event = mapping.detached_event(event)
+        if not detached:
+            event = mapping.detached_event(event)
         if event["category"] == "message":
             state.message_count += 1
         if state.bound:
@@ -366,7 +367,7 @@ class RunJournal(GraphCallbackHandler):
             for tool_call_id, name, stopped_by in state.outcomes.unresolved(state.status):
                 reason = mapping.UNRESOLVED_REASONS[stopped_by]
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
-            self._emit(state, terminal)
+            self._emit(state, terminal, detached=True)  # in _end_run, under the lock
             self._queue_summary(state)
             last = not self._runs
         self._writer.run_ended(state, loop, last)

@@ -224,14 +224,20 @@ def detach(value: Any) -> Any:
         kind = _kind(type(value))
     if kind == _KEEP:
         return value
-    if type(value) is dict:  # the common case, a dict of scalars, is one copy in C
-        copied = value.copy()
-        for item in copied.values():
-            if _KINDS.get(type(item)) != _KEEP:
-                break
-        else:
-            return copied
-    return _detach(value, kind, set())
+    if type(value) is not dict:
+        return _detach(value, kind, set())
+    # The common case, a dict of scalars, is one copy in C; containers in it are patched.
+    copied = value.copy()
+    path: set[int] | None = None
+    for name, item in copied.items():
+        item_kind = _KINDS.get(type(item))
+        if item_kind is None:
+            item_kind = _kind(type(item))
+        if item_kind != _KEEP:
+            if path is None:
+                path = {id(value)}
+            copied[name] = _detach(item, item_kind, path)
+    return copied
 
 
 def _detach(value: Any, kind: int, path: set[int]) -> Any:
