@@ -376,6 +376,8 @@ def normalise_event(
 def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], Any]) -> str:
     try:
         return encode_json(value, default)
+    except MemoryError:
+        raise  # says nothing about the value: the write is retried
     except Exception as exc:
         # orjson says "Recursion limit reached" for deep or circular values, and a value's own
         # code (a mapping's iteration, a __str__) may raise anything: either way this value
