@@ -581,43 +581,35 @@ def _insert_numbered(conn: sqlite3.Connection, events: list[PendingEvent]) -> li
 def _numbered_params(events: Iterable[PendingEvent], seqs: Iterable[int]) -> list[Any]:
     """``_batch_params`` with each event's seq first."""
     params: list[Any] = []
-    for e, seq in zip(events, seqs, strict=True):
-        task_id = e.metadata.get("task_id")
-        caller = e.metadata.get("caller")
-        params += (
-            seq,
-            e.thread_id,
-            e.run_id,
-            e.event_type,
-            e.category,
-            e.content_json,
-            e.metadata_json,
-            e.created_at,
-            e.user_id,
-            task_id if isinstance(task_id, str) else None,
-            caller if isinstance(caller, str) else None,
-        )
+    for event, seq in zip(events, seqs, strict=True):
+        params.append(seq)
+        params += _row(event)
     return params
 
 
 def _batch_params(events: Iterable[PendingEvent]) -> list[Any]:
     params: list[Any] = []
-    for e in events:
-        task_id = e.metadata.get("task_id")
-        caller = e.metadata.get("caller")
-        params += (
-            e.thread_id,
-            e.run_id,
-            e.event_type,
-            e.category,
-            e.content_json,
-            e.metadata_json,
-            e.created_at,
-            e.user_id,
-            task_id if isinstance(task_id, str) else None,
-            caller if isinstance(caller, str) else None,
-        )
+    for event in events:
+        params += _row(event)
     return params
+
+
+def _row(e: PendingEvent) -> tuple[Any, ...]:
+    """An event's values in ``_BATCH_COLUMNS`` order."""
+    task_id = e.metadata.get("task_id")
+    caller = e.metadata.get("caller")
+    return (
+        e.thread_id,
+        e.run_id,
+        e.event_type,
+        e.category,
+        e.content_json,
+        e.metadata_json,
+        e.created_at,
+        e.user_id,
+        task_id if isinstance(task_id, str) else None,
+        caller if isinstance(caller, str) else None,
+    )
 
 
 def _summary_params(summary: dict[str, Any]) -> tuple[Any, ...]:

@@ -13,6 +13,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+from tests.journal.agents import ONE_TOOL_CALL_SEQUENCE
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
@@ -37,15 +39,7 @@ def test_quickstart_prints_the_timeline_and_summary_from_the_default_store(tmp_p
     lines = done.stdout.splitlines()
     assert "in sqlite:///.deer-flow/journal.db" in lines[0]
     timeline = [line.split()[1] for line in lines[2:9]]
-    assert timeline == [
-        "type",
-        "run.start",
-        "llm.human.input",
-        "llm.ai.response",
-        "llm.tool.result",
-        "llm.ai.response",
-        "run.end",
-    ]
+    assert timeline == ["type", *ONE_TOOL_CALL_SEQUENCE]
     assert "status success" in done.stdout
     assert "tokens: 312 total (280 in, 32 out) over 2 model calls" in done.stdout
     assert (tmp_path / ".deer-flow" / "journal.db").is_file()

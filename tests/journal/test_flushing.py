@@ -281,21 +281,21 @@ async def test_a_refused_run_summary_writes_nothing_of_its_batch(store):
     assert summary is not None and summary.user_id == "alice"
 
 
-class StuckStore(MemoryRunEventStore):
-    """A memory store whose writes hang until ``stuck`` is cleared."""
+class HungStore(MemoryRunEventStore):
+    """A memory store whose writes make no progress while ``hung`` is set."""
 
-    stuck = True
+    hung = True
 
     async def _append_with_summaries(
         self, events: list[PendingEvent], summaries: list[dict[str, Any]]
     ) -> None:
-        if self.stuck:
-            await asyncio.Event().wait()
+        while self.hung:
+            await asyncio.sleep(0.01)
         await super()._append_with_summaries(events, summaries)
 
 
 def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog):
-    store = StuckStore()
+    store = HungStore()
     journal = RunJournal(event_store=store)
 
     async def main() -> None:
@@ -304,7 +304,7 @@ def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog):
 
     asyncio.run(main())  # the loop ends without a flush: its shutdown cancels the write
     assert "journal write cancelled; its events stay buffered" in caplog.messages
-    store.stuck = False
+    store.hung = False
     journal.close()
     types = [e["event_type"] for e in asyncio.run(run_events(journal))]
     assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
@@ -370,19 +370,6 @@ async def test_a_store_that_is_down_is_retried_once_per_threshold_not_per_event(
     journal.on_chain_end({}, run_id=root)
     await journal.flush()
     assert len(await run_events(journal)) == 302
-
-
-class HungStore(MemoryRunEventStore):
-    """A memory store whose writes make no progress while ``hung`` is set."""
-
-    hung = True
-
-    async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
-        while self.hung:
-            await asyncio.sleep(0.01)
-        await super()._append_with_summaries(events, summaries)
 
 
 def test_close_gives_up_on_a_hung_store_and_logs_what_is_not_written(monkeypatch, caplog):
