@@ -293,7 +293,7 @@ class RunJournal(GraphCallbackHandler):
                 state, mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
             )
             for event in early:
-                self._emit(state, event)
+                self._emit(state, event, detached=True)  # copied when recorded
             self._queue_summary(state)
         return snapshot
 
