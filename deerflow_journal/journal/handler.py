@@ -161,7 +161,8 @@ class RunJournal(GraphCallbackHandler):
     # -- run state (call with self._lock held) -------------------------------------------------
 
     def _emit(self, state: RunState, event: Any, *, detached: bool = False) -> None:
-        # Nothing the caller can still change is left for the (later) encoding to walk.
+        """Count and buffer one event; ``detached``: its content needs no copy (a message, or
+        copied already), else containers in it are copied now (see ``mapping.detach``)."""
         if not detached:
             event = mapping.detached_event(event)
         if event["category"] == "message":
@@ -449,7 +450,7 @@ class RunJournal(GraphCallbackHandler):
                 return
             if state.first_human_message is None:
                 state.first_human_message = mapping.message_text(human)
-            self._emit(state, mapping.human_input_event(human))
+            self._emit(state, mapping.human_input_event(human), detached=True)  # a message
         self._writer.changed(state)
 
     def on_llm_start(
@@ -495,12 +496,10 @@ class RunJournal(GraphCallbackHandler):
                 start = (None, state.llm_calls)
             latency = None if start[0] is None else _ms_since(start[0])
             for message in messages:
-                self._emit(
-                    state,
-                    mapping.ai_response_event(
-                        message, caller=caller, latency_ms=latency, llm_call_index=start[1]
-                    ),
+                event = mapping.ai_response_event(
+                    message, caller=caller, latency_ms=latency, llm_call_index=start[1]
                 )
+                self._emit(state, event, detached=True)  # content is the message itself
                 if caller == mapping.LEAD_AGENT:
                     state.outcomes.requested(message.tool_calls)
                     state.note_ai_text(mapping.message_text(message))
@@ -568,7 +567,7 @@ class RunJournal(GraphCallbackHandler):
             state.tool_starts.pop(run_id, None)
             caller = mapping.caller_from_tags(tags)
             for message in messages:
-                self._emit(state, mapping.tool_result_event(message, caller))
+                self._emit(state, mapping.tool_result_event(message, caller), detached=True)
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
         if messages:
             self._writer.changed(state)

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import Any
 
 from deerflow_journal.journal.buffer import EventBuffer, SummaryBuilder
@@ -108,16 +108,17 @@ class JournalWriter:
 
     # -- memory only (called under the journal's lock) -----------------------------------
 
-    def add(self, state: RunState, event: Mapping[str, Any]) -> None:
-        """Buffer one event of a bound run; start a background write at the threshold."""
-        record = {
-            "thread_id": state.thread_id,
-            "run_id": state.run_id,
-            "user_id": state.user_id,
-            "created_at": time.time(),
-            **event,
-        }
-        if self.buffer.add(record):
+    def add(self, state: RunState, event: dict[str, Any]) -> None:
+        """Buffer one event of a bound run; start a background write at the threshold.
+
+        The event dict is the journal's own (built for this event, emitted once): it becomes
+        the buffered record in place.
+        """
+        event["thread_id"] = state.thread_id
+        event["run_id"] = state.run_id
+        event["user_id"] = state.user_id
+        event["created_at"] = time.time()
+        if self.buffer.add(event):
             self.buffer.kick(self.write_loop(state.sync))
 
     def queue_summary(self, state: RunState, build: SummaryBuilder) -> None:
