@@ -119,7 +119,8 @@ class RunJournal(GraphCallbackHandler):
         self._thread_id = thread_id
         self.track_token_usage = track_token_usage
         self._lock = threading.Lock()
-        self._runs: dict[UUID, RunState] = {}
+        # Keyed by UUID.int: hashing a UUID runs Python code, hashing an int does not.
+        self._runs: dict[int, RunState] = {}
         self._latest: RunState | None = None
         self._next: RunState | None = None
         self._workspace = (
@@ -182,7 +183,7 @@ class RunJournal(GraphCallbackHandler):
         self._writer.queue_summary(state, build)
 
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
-        return None if parent_run_id is None else self._runs.get(parent_run_id)
+        return None if parent_run_id is None else self._runs.get(parent_run_id.int)
 
     def _caller_run(self) -> RunState | None:
         """The run whose runnable called us (LangChain's config context names its run)."""
@@ -228,9 +229,9 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         if parent_run_id is not None:  # the common case, inlined: most chains are nested
-            state = self._runs.get(parent_run_id)
+            state = self._runs.get(parent_run_id.int)
             if state is not None:
-                self._runs[run_id] = state
+                self._runs[run_id.int] = state
             return
         WorkspaceTracker.wait(self._book_chain_start(serialized, inputs, run_id=run_id, **kwargs))
 
@@ -264,9 +265,9 @@ class RunJournal(GraphCallbackHandler):
                 run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
             )
         # One dict lookup and one store, each atomic: nested chains need no lock.
-        state = self._runs.get(parent_run_id)
+        state = self._runs.get(parent_run_id.int)
         if state is not None:
-            self._runs[run_id] = state
+            self._runs[run_id.int] = state
         return None
 
     def _start_run(
@@ -287,7 +288,7 @@ class RunJournal(GraphCallbackHandler):
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.workspace_before = snapshot
-            self._runs[root] = self._latest = state
+            self._runs[root.int] = self._latest = state
             if not sync and loop is not None:
                 self._writer.home_loop = loop
             self._emit(
@@ -310,7 +311,7 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._end_run(run_id, outputs, None)
         else:  # forget a nested chain (no lock: one atomic pop)
-            self._runs.pop(run_id, None)
+            self._runs.pop(run_id.int, None)
 
     def on_chain_error(
         self,
@@ -324,11 +325,11 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._end_run(run_id, None, error)
         else:
-            self._runs.pop(run_id, None)
+            self._runs.pop(run_id.int, None)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
-            state = self._runs.pop(root, None)
+            state = self._runs.pop(root.int, None)
             if state is None or state.ended:
                 return
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
@@ -387,29 +388,29 @@ class RunJournal(GraphCallbackHandler):
         """Remember a retriever as part of its run, so model calls inside it are attributed."""
         state = self._parent_run(parent_run_id)
         if state is not None:
-            self._runs[run_id] = state
+            self._runs[run_id.int] = state
 
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Forget a finished retriever."""
-        self._runs.pop(run_id, None)
+        self._runs.pop(run_id.int, None)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Forget a failed retriever."""
-        self._runs.pop(run_id, None)
+        self._runs.pop(run_id.int, None)
 
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
     def on_interrupt(self, event: GraphInterruptEvent) -> None:
         """Remember the pause; the root chain's end then writes ``run.interrupt``."""
         with self._lock:
-            state = self._runs.get(event.run_id) if event.run_id is not None else None
+            state = self._runs.get(event.run_id.int) if event.run_id is not None else None
             if state is not None and state.root == event.run_id:
                 state.interrupt = event
 
     def on_resume(self, event: GraphResumeEvent) -> None:
         """Write ``run.resume`` when a root invocation resumes from a checkpoint."""
         with self._lock:
-            state = self._runs.get(event.run_id) if event.run_id is not None else None
+            state = self._runs.get(event.run_id.int) if event.run_id is not None else None
             if state is not None and state.root == event.run_id:
                 self._emit(state, mapping.run_resume_event(event))
 
@@ -422,7 +423,7 @@ class RunJournal(GraphCallbackHandler):
         state = self._parent_run(parent_run_id)
         if state is not None:
             state.llm_calls += 1
-            state.llm_starts[run_id] = (time.monotonic(), state.llm_calls)
+            state.llm_starts[run_id.int] = (time.monotonic(), state.llm_calls)
             for event in state.outcomes.settle(caller):
                 self._emit(state, event)
         return state
@@ -487,10 +488,11 @@ class RunJournal(GraphCallbackHandler):
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._parent_run(parent_run_id)
-            if state is None or run_id in state.answered:
+            key = run_id.int
+            if state is None or key in state.answered:
                 return
-            state.answered.add(run_id)
-            start = state.llm_starts.pop(run_id, None)
+            state.answered.add(key)
+            start = state.llm_starts.pop(key, None)
             if start is None:
                 state.llm_calls += 1
                 start = (None, state.llm_calls)
@@ -506,7 +508,7 @@ class RunJournal(GraphCallbackHandler):
             if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 state.usage.add_call(
-                    run_id, caller, model, [token_counts(m.usage_metadata) for m in messages]
+                    key, caller, model, [token_counts(m.usage_metadata) for m in messages]
                 )
         self._writer.changed(state)
 
@@ -524,7 +526,7 @@ class RunJournal(GraphCallbackHandler):
             state = self._parent_run(parent_run_id)
             if state is None:
                 return
-            state.llm_starts.pop(run_id, None)
+            state.llm_starts.pop(run_id.int, None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
 
     # -- tools ---------------------------------------------------------------------------------
@@ -544,8 +546,8 @@ class RunJournal(GraphCallbackHandler):
             state = self._parent_run(parent_run_id)
             if state is None:
                 return
-            self._runs[run_id] = state
-            state.tool_starts[run_id] = ToolStart(
+            self._runs[run_id.int] = state
+            state.tool_starts[run_id.int] = ToolStart(
                 time.monotonic(), kwargs.get("tool_call_id"), name
             )
 
@@ -561,10 +563,10 @@ class RunJournal(GraphCallbackHandler):
         """Write ``llm.tool.result`` for each message the tool returned."""
         messages = mapping.tool_result_messages(output)
         with self._lock:
-            state = self._runs.pop(run_id, None) or self._parent_run(parent_run_id)
+            state = self._runs.pop(run_id.int, None) or self._parent_run(parent_run_id)
             if state is None:
                 return
-            state.tool_starts.pop(run_id, None)
+            state.tool_starts.pop(run_id.int, None)
             caller = mapping.caller_from_tags(tags)
             for message in messages:
                 self._emit(state, mapping.tool_result_event(message, caller), detached=True)
@@ -588,10 +590,10 @@ class RunJournal(GraphCallbackHandler):
         """
         caller = mapping.caller_from_tags(tags)
         with self._lock:
-            state = self._runs.pop(run_id, None) or self._parent_run(parent_run_id)
+            state = self._runs.pop(run_id.int, None) or self._parent_run(parent_run_id)
             if state is None:
                 return
-            start = state.tool_starts.pop(run_id, None)
+            start = state.tool_starts.pop(run_id.int, None)
             tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
             stopped_by = mapping.control_flow_status(error)
             if stopped_by is not None:
@@ -627,7 +629,7 @@ class RunJournal(GraphCallbackHandler):
         if event is None:
             return
         with self._lock:
-            state = self._runs.get(run_id)
+            state = self._runs.get(run_id.int)
             if state is not None:
                 self._emit(state, event)
 

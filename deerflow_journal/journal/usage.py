@@ -53,9 +53,9 @@ def token_counts(usage: Mapping[str, Any] | None) -> TokenCounts:
 
 
 def _source_key(source: Any) -> Hashable:
-    """LangChain run ids are counted as UUIDs, so an external record names them as text."""
+    """LangChain run ids are counted as ``UUID.int``: an external record names them as text."""
     try:
-        return UUID(str(source))
+        return UUID(str(source)).int
     except ValueError:
         return str(source)
 
