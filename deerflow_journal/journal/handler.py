@@ -10,7 +10,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
@@ -119,8 +119,9 @@ class RunJournal(GraphCallbackHandler):
         self._thread_id = thread_id
         self.track_token_usage = track_token_usage
         self._lock = threading.Lock()
-        # Keyed by UUID.int: hashing a UUID runs Python code, hashing an int does not.
-        self._runs: dict[int, RunState] = {}
+        # Keyed by UUID.int: hashing a UUID runs Python code, hashing an int does not. A run
+        # id a caller set in the config may be a string: getattr(id, "int", id) keeps it.
+        self._runs: dict[Hashable, RunState] = {}
         self._latest: RunState | None = None
         self._next: RunState | None = None
         self._workspace = (
@@ -183,7 +184,11 @@ class RunJournal(GraphCallbackHandler):
         self._writer.queue_summary(state, build)
 
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
-        return None if parent_run_id is None else self._runs.get(parent_run_id.int)
+        return (
+            None
+            if parent_run_id is None
+            else self._runs.get(getattr(parent_run_id, "int", parent_run_id))
+        )
 
     def _caller_run(self) -> RunState | None:
         """The run whose runnable called us (LangChain's config context names its run)."""
@@ -229,9 +234,9 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         if parent_run_id is not None:  # the common case, inlined: most chains are nested
-            state = self._runs.get(parent_run_id.int)
+            state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
-                self._runs[run_id.int] = state
+                self._runs[getattr(run_id, "int", run_id)] = state
             return
         WorkspaceTracker.wait(self._book_chain_start(serialized, inputs, run_id=run_id, **kwargs))
 
@@ -265,9 +270,9 @@ class RunJournal(GraphCallbackHandler):
                 run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
             )
         # One dict lookup and one store, each atomic: nested chains need no lock.
-        state = self._runs.get(parent_run_id.int)
+        state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
         if state is not None:
-            self._runs[run_id.int] = state
+            self._runs[getattr(run_id, "int", run_id)] = state
         return None
 
     def _start_run(
@@ -288,7 +293,7 @@ class RunJournal(GraphCallbackHandler):
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.workspace_before = snapshot
-            self._runs[root.int] = self._latest = state
+            self._runs[getattr(root, "int", root)] = self._latest = state
             if not sync and loop is not None:
                 self._writer.home_loop = loop
             self._emit(
@@ -311,7 +316,7 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._end_run(run_id, outputs, None)
         else:  # forget a nested chain (no lock: one atomic pop)
-            self._runs.pop(run_id.int, None)
+            self._runs.pop(getattr(run_id, "int", run_id), None)
 
     def on_chain_error(
         self,
@@ -325,11 +330,11 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._end_run(run_id, None, error)
         else:
-            self._runs.pop(run_id.int, None)
+            self._runs.pop(getattr(run_id, "int", run_id), None)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
-            state = self._runs.pop(root.int, None)
+            state = self._runs.pop(getattr(root, "int", root), None)
             if state is None or state.ended:
                 return
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
@@ -388,29 +393,37 @@ class RunJournal(GraphCallbackHandler):
         """Remember a retriever as part of its run, so model calls inside it are attributed."""
         state = self._parent_run(parent_run_id)
         if state is not None:
-            self._runs[run_id.int] = state
+            self._runs[getattr(run_id, "int", run_id)] = state
 
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Forget a finished retriever."""
-        self._runs.pop(run_id.int, None)
+        self._runs.pop(getattr(run_id, "int", run_id), None)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Forget a failed retriever."""
-        self._runs.pop(run_id.int, None)
+        self._runs.pop(getattr(run_id, "int", run_id), None)
 
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
     def on_interrupt(self, event: GraphInterruptEvent) -> None:
         """Remember the pause; the root chain's end then writes ``run.interrupt``."""
         with self._lock:
-            state = self._runs.get(event.run_id.int) if event.run_id is not None else None
+            state = (
+                self._runs.get(getattr(event.run_id, "int", event.run_id))
+                if event.run_id is not None
+                else None
+            )
             if state is not None and state.root == event.run_id:
                 state.interrupt = event
 
     def on_resume(self, event: GraphResumeEvent) -> None:
         """Write ``run.resume`` when a root invocation resumes from a checkpoint."""
         with self._lock:
-            state = self._runs.get(event.run_id.int) if event.run_id is not None else None
+            state = (
+                self._runs.get(getattr(event.run_id, "int", event.run_id))
+                if event.run_id is not None
+                else None
+            )
             if state is not None and state.root == event.run_id:
                 self._emit(state, mapping.run_resume_event(event))
 
@@ -423,7 +436,7 @@ class RunJournal(GraphCallbackHandler):
         state = self._parent_run(parent_run_id)
         if state is not None:
             state.llm_calls += 1
-            state.llm_starts[run_id.int] = (time.monotonic(), state.llm_calls)
+            state.llm_starts[getattr(run_id, "int", run_id)] = (time.monotonic(), state.llm_calls)
             for event in state.outcomes.settle(caller):
                 self._emit(state, event)
         return state
@@ -488,7 +501,7 @@ class RunJournal(GraphCallbackHandler):
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._parent_run(parent_run_id)
-            key = run_id.int
+            key = getattr(run_id, "int", run_id)
             if state is None or key in state.answered:
                 return
             state.answered.add(key)
@@ -526,7 +539,7 @@ class RunJournal(GraphCallbackHandler):
             state = self._parent_run(parent_run_id)
             if state is None:
                 return
-            state.llm_starts.pop(run_id.int, None)
+            state.llm_starts.pop(getattr(run_id, "int", run_id), None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
 
     # -- tools ---------------------------------------------------------------------------------
@@ -546,10 +559,9 @@ class RunJournal(GraphCallbackHandler):
             state = self._parent_run(parent_run_id)
             if state is None:
                 return
-            self._runs[run_id.int] = state
-            state.tool_starts[run_id.int] = ToolStart(
-                time.monotonic(), kwargs.get("tool_call_id"), name
-            )
+            key = getattr(run_id, "int", run_id)
+            self._runs[key] = state
+            state.tool_starts[key] = ToolStart(time.monotonic(), kwargs.get("tool_call_id"), name)
 
     def on_tool_end(
         self,
@@ -562,11 +574,12 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write ``llm.tool.result`` for each message the tool returned."""
         messages = mapping.tool_result_messages(output)
+        key = getattr(run_id, "int", run_id)
         with self._lock:
-            state = self._runs.pop(run_id.int, None) or self._parent_run(parent_run_id)
+            state = self._runs.pop(key, None) or self._parent_run(parent_run_id)
             if state is None:
                 return
-            state.tool_starts.pop(run_id.int, None)
+            state.tool_starts.pop(key, None)
             caller = mapping.caller_from_tags(tags)
             for message in messages:
                 self._emit(state, mapping.tool_result_event(message, caller), detached=True)
@@ -589,11 +602,12 @@ class RunJournal(GraphCallbackHandler):
         run's end, so a retry that succeeds leaves only its result.
         """
         caller = mapping.caller_from_tags(tags)
+        key = getattr(run_id, "int", run_id)
         with self._lock:
-            state = self._runs.pop(run_id.int, None) or self._parent_run(parent_run_id)
+            state = self._runs.pop(key, None) or self._parent_run(parent_run_id)
             if state is None:
                 return
-            start = state.tool_starts.pop(run_id.int, None)
+            start = state.tool_starts.pop(key, None)
             tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
             stopped_by = mapping.control_flow_status(error)
             if stopped_by is not None:
@@ -629,7 +643,7 @@ class RunJournal(GraphCallbackHandler):
         if event is None:
             return
         with self._lock:
-            state = self._runs.get(run_id.int)
+            state = self._runs.get(getattr(run_id, "int", run_id))
             if state is not None:
                 self._emit(state, event)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -48,10 +48,10 @@ class RunState:
     duration_ms: int | None = None
     error: dict[str, str] | None = None
     llm_calls: int = 0  # numbers the run's model calls (``llm_call_index``)
-    # Keyed by LangChain run id, as UUID.int (cheaper to hash than the UUID).
-    llm_starts: dict[int, tuple[float, int]] = field(default_factory=dict)
-    answered: set[int] = field(default_factory=set)
-    tool_starts: dict[int, ToolStart] = field(default_factory=dict)
+    # Keyed by LangChain run id, as UUID.int (cheaper to hash than the UUID; see RunJournal).
+    llm_starts: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
+    answered: set[Hashable] = field(default_factory=set)
+    tool_starts: dict[Hashable, ToolStart] = field(default_factory=dict)
     human_checked: bool = False
     memory_recorded: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)

@@ -786,3 +786,26 @@ async def test_a_held_snapshot_is_sent_when_the_interval_ends():
     journal.on_chain_end({}, run_id=root)
     await journal.aclose()
     assert len(snapshots) == 2  # nothing was held back at the end
+
+
+async def test_a_run_id_the_caller_sets_as_text_is_journaled_like_any_other():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    graph = agent_graph(scripted(ai(calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3")))
+    await graph.ainvoke(QUESTION, {"callbacks": [journal], "run_id": "my-run-1"})
+    events = await run_events(journal, flush=True)
+    assert [e["event_type"] for e in events] == ONE_TOOL_CALL_SEQUENCE
+    assert journal.run_id == "my-run-1"
+    assert journal.summary().llm_call_count == 2
+
+
+def test_a_recorder_in_a_run_whose_id_is_text_records_into_that_run():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+
+    def step(x: int) -> int:
+        journal.record_middleware("guard", name="g", hook="before", action="noop", changes={})
+        return x
+
+    assert RunnableLambda(step).invoke(1, {"callbacks": [journal], "run_id": "job-42"}) == 1
+    events = asyncio.run(run_events(journal, flush=True))
+    assert [e["event_type"] for e in events] == ["run.start", "middleware:guard", "run.end"]
+    assert journal.run_id == "job-42"
