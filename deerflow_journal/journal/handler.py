@@ -47,6 +47,15 @@ def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
 
+def _key(run_id: Any) -> Hashable:
+    """How the run maps key a LangChain run id: ``UUID.int`` (hashing a UUID runs Python
+    code, hashing an int does not), or the id itself if a caller's config set it as text.
+
+    The per-callback paths inline ``getattr(run_id, "int", run_id)`` to spare the call.
+    """
+    return getattr(run_id, "int", run_id)
+
+
 def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
     """The LangGraph config's ``thread_id``, or ``None`` if absent or not a storable id."""
     found = (metadata or {}).get("thread_id")
@@ -119,9 +128,7 @@ class RunJournal(GraphCallbackHandler):
         self._thread_id = thread_id
         self.track_token_usage = track_token_usage
         self._lock = threading.Lock()
-        # Keyed by UUID.int: hashing a UUID runs Python code, hashing an int does not. A run
-        # id a caller set in the config may be a string: getattr(id, "int", id) keeps it.
-        self._runs: dict[Hashable, RunState] = {}
+        self._runs: dict[Hashable, RunState] = {}  # keyed by _key(run id)
         self._latest: RunState | None = None
         self._next: RunState | None = None
         self._workspace = (
@@ -234,46 +241,41 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         if parent_run_id is not None:  # the common case, inlined: most chains are nested
+            # One dict lookup and one store, each atomic: nested chains need no lock.
             state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
                 self._runs[getattr(run_id, "int", run_id)] = state
             return
-        WorkspaceTracker.wait(self._book_chain_start(serialized, inputs, run_id=run_id, **kwargs))
+        WorkspaceTracker.wait(self._start_root(serialized, run_id=run_id, **kwargs))
 
     async def _await_chain_start(
         self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
     ) -> None:
-        snapshot = self._book_chain_start(serialized, inputs, **kwargs)
+        if kwargs.get("parent_run_id") is not None:
+            self._chain_start(serialized, inputs, **kwargs)
+            return
+        snapshot = self._start_root(serialized, **kwargs)
         try:
             await WorkspaceTracker.wait_async(snapshot)
         except BaseException as error:
             # Cancelled while waiting: LangChain has no run manager for the chain yet, so no
             # chain error callback will end the run; end it here.
-            if kwargs.get("parent_run_id") is None:
-                self._end_run(kwargs["run_id"], None, error)
+            self._end_run(kwargs["run_id"], None, error)
             raise
 
-    def _book_chain_start(
+    def _start_root(
         self,
         serialized: dict[str, Any] | None,
-        inputs: Any,
         *,
         run_id: UUID,
-        parent_run_id: UUID | None = None,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Snapshot | None:
-        """Book a chain start; return a root's workspace snapshot (``None``: nothing to wait)."""
-        if parent_run_id is None:
-            return self._start_run(
-                run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
-            )
-        # One dict lookup and one store, each atomic: nested chains need no lock.
-        state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
-        if state is not None:
-            self._runs[getattr(run_id, "int", run_id)] = state
-        return None
+        """Start a run at a root chain; return its workspace snapshot (``None``: none)."""
+        return self._start_run(
+            run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
+        )
 
     def _start_run(
         self,
@@ -293,7 +295,7 @@ class RunJournal(GraphCallbackHandler):
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.workspace_before = snapshot
-            self._runs[getattr(root, "int", root)] = self._latest = state
+            self._runs[_key(root)] = self._latest = state
             if not sync and loop is not None:
                 self._writer.home_loop = loop
             self._emit(
@@ -334,7 +336,7 @@ class RunJournal(GraphCallbackHandler):
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
-            state = self._runs.pop(getattr(root, "int", root), None)
+            state = self._runs.pop(_key(root), None)
             if state is None or state.ended:
                 return
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
@@ -393,37 +395,29 @@ class RunJournal(GraphCallbackHandler):
         """Remember a retriever as part of its run, so model calls inside it are attributed."""
         state = self._parent_run(parent_run_id)
         if state is not None:
-            self._runs[getattr(run_id, "int", run_id)] = state
+            self._runs[_key(run_id)] = state
 
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
         """Forget a finished retriever."""
-        self._runs.pop(getattr(run_id, "int", run_id), None)
+        self._runs.pop(_key(run_id), None)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         """Forget a failed retriever."""
-        self._runs.pop(getattr(run_id, "int", run_id), None)
+        self._runs.pop(_key(run_id), None)
 
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
     def on_interrupt(self, event: GraphInterruptEvent) -> None:
         """Remember the pause; the root chain's end then writes ``run.interrupt``."""
         with self._lock:
-            state = (
-                self._runs.get(getattr(event.run_id, "int", event.run_id))
-                if event.run_id is not None
-                else None
-            )
+            state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
             if state is not None and state.root == event.run_id:
                 state.interrupt = event
 
     def on_resume(self, event: GraphResumeEvent) -> None:
         """Write ``run.resume`` when a root invocation resumes from a checkpoint."""
         with self._lock:
-            state = (
-                self._runs.get(getattr(event.run_id, "int", event.run_id))
-                if event.run_id is not None
-                else None
-            )
+            state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
             if state is not None and state.root == event.run_id:
                 self._emit(state, mapping.run_resume_event(event))
 
@@ -539,7 +533,7 @@ class RunJournal(GraphCallbackHandler):
             state = self._parent_run(parent_run_id)
             if state is None:
                 return
-            state.llm_starts.pop(getattr(run_id, "int", run_id), None)
+            state.llm_starts.pop(_key(run_id), None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
 
     # -- tools ---------------------------------------------------------------------------------
@@ -643,7 +637,7 @@ class RunJournal(GraphCallbackHandler):
         if event is None:
             return
         with self._lock:
-            state = self._runs.get(getattr(run_id, "int", run_id))
+            state = self._runs.get(_key(run_id))
             if state is not None:
                 self._emit(state, event)
 
