@@ -222,48 +222,36 @@ def detach(value: Any) -> Any:
     kind = _KINDS.get(type(value))
     if kind is None:
         kind = _kind(type(value))
-    if kind == _KEEP:
+    return value if kind == _KEEP else _detach(value, kind, None)
+
+
+def _detach(value: Any, kind: int, path: set[int] | None) -> Any:
+    """Copy a container (``kind``) and the containers in it; ``path`` holds their ancestors
+    (``None`` at the top, where it is only made once a container holds another)."""
+    key = id(value)
+    if path is not None and (key in path or len(path) > _MAX_DEPTH):
         return value
-    if type(value) is not dict:
-        return _detach(value, kind, set())
-    # The common case, a dict of scalars, is one copy in C; containers in it are patched.
-    copied = value.copy()
-    path: set[int] | None = None
-    for name, item in copied.items():
+    copied: Any
+    if kind == _MAPPING:  # a dict is one copy in C
+        copied = value.copy() if type(value) is dict else dict(value.items())
+        items = copied.items()
+    else:
+        copied = list(value)
+        items = enumerate(copied)
+    inner = None
+    # Items kept as they are (most of what callbacks see: scalars, messages) stay put.
+    for index, item in items:
         item_kind = _KINDS.get(type(item))
         if item_kind is None:
             item_kind = _kind(type(item))
         if item_kind != _KEEP:
-            if path is None:
-                path = {id(value)}
-            copied[name] = _detach(item, item_kind, path)
+            if inner is None:
+                inner = set() if path is None else path
+                inner.add(key)
+            copied[index] = _detach(item, item_kind, inner)
+    if inner is not None:
+        inner.discard(key)
     return copied
-
-
-def _detach(value: Any, kind: int, path: set[int]) -> Any:
-    """Copy a container (``kind``) and the containers in it; ``path`` holds their ancestors."""
-    key = id(value)
-    if key in path or len(path) > _MAX_DEPTH:
-        return value
-    path.add(key)
-    try:
-        copied: Any
-        if kind == _MAPPING:
-            copied = value.copy() if type(value) is dict else dict(value.items())
-            items = copied.items()
-        else:
-            copied = list(value)
-            items = enumerate(copied)
-        # Items kept as they are (most of what callbacks see: scalars, messages) stay put.
-        for index, item in items:
-            item_kind = _KINDS.get(type(item))
-            if item_kind is None:
-                item_kind = _kind(type(item))
-            if item_kind != _KEEP:
-                copied[index] = _detach(item, item_kind, path)
-        return copied
-    finally:
-        path.discard(key)
 
 
 def detached_event(event: dict[str, Any]) -> dict[str, Any]:
