@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -483,13 +483,8 @@ def _insert_events(conn: sqlite3.Connection, events: list[PendingEvent]) -> list
     """Append ``events`` (autocommit connection) and return their records (worker thread)."""
     if len(events) == 1:  # one statement, its own transaction
         return _numbered(events, conn.execute(_APPEND_ONE_SQL, _batch_params(events)).fetchall())
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(conn):
         seqs = _insert_numbered(conn, events)
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
     return [event.record(seq) for event, seq in zip(events, seqs, strict=True)]
 
 
@@ -499,16 +494,23 @@ def _write_journal_batch(
     """Append ``events`` and upsert ``summaries`` in one transaction (in aiosqlite's thread)."""
     if conn.in_transaction:
         conn.commit()
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(conn):
         _insert_numbered(conn, events)
         for summary in summaries:
             if conn.execute(_UPSERT_SUMMARY_QUIETLY, _summary_params(summary)).rowcount != 1:
                 raise other_users_summary_error(summary)
-        conn.commit()
+
+
+@contextlib.contextmanager
+def _write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """Hold the write lock (``BEGIN IMMEDIATE``) on the worker thread; commit, or roll back."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
     except BaseException:
         conn.rollback()
         raise
+    conn.commit()
 
 
 # -- statements ----------------------------------------------------------------------------
