@@ -155,12 +155,23 @@ class NoopHandler(BaseCallbackHandler):
         """Accept chat model starts (the base class raises to fall back to ``on_llm_start``)."""
 
 
-Row = tuple[str, str, int, str, str, str, str, str, None]
+Row = tuple[str, str, str, str, str, str, str]  # thread, run, type, category, content, ...
 Write = Callable[[list[Row]], Awaitable[None]]
 
 
-def _dump(value: Any) -> Any:
-    return value.model_dump() if isinstance(value, BaseModel) else str(value)
+def _dumper() -> Callable[[Any], Any]:
+    """orjson's ``default`` for one run's rows: each message dumped once (run.end repeats them)."""
+    dumps: dict[int, Any] = {}  # the run's events keep every message alive meanwhile
+
+    def dump(value: Any) -> Any:
+        if not isinstance(value, BaseModel):
+            return str(value)
+        found = dumps.get(id(value))
+        if found is None:
+            found = dumps[id(value)] = value.model_dump()
+        return found
+
+    return dump
 
 
 class FloorHandler(BaseCallbackHandler):
@@ -170,14 +181,16 @@ class FloorHandler(BaseCallbackHandler):
     the contract's metadata) and adds up token usage in its callbacks, then at the root
     chain's end encodes every content (messages through ``model_dump()``) and metadata with
     orjson and hands the rows to ``write`` in a background task. No input checks, no copies,
-    no locks, no run summary, no tool-call outcomes, nested chains and runs not told apart.
+    no locks, no run summary, no tool-call outcomes, no timings, nested chains and runs not
+    told apart.
     """
 
     run_inline = True
 
     def __init__(self, write: Write) -> None:
         self.write = write
-        self.events: list[tuple[str, str, Any, dict[str, Any], float]] = []
+        self.run_id = ""
+        self.events: list[tuple[str, str, Any, dict[str, Any]]] = []
         self.usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
         self.calls = 0
         self.human = False
@@ -186,14 +199,16 @@ class FloorHandler(BaseCallbackHandler):
     def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
         """Write ``run.start`` at the root chain."""
         if kwargs.get("parent_run_id") is None:
+            self.run_id = str(kwargs["run_id"])
             metadata = {**(kwargs.get("metadata") or {}), "caller": "lead_agent"}
-            self.add("run.start", "trace", {"chain": kwargs.get("name")}, metadata)
+            self.events.append(("run.start", "trace", {"chain": kwargs.get("name")}, metadata))
 
     def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
         """Write the first call's human input."""
         if not self.human:
             self.human = True
-            self.add("llm.human.input", "message", messages[0][-1], {"caller": "lead_agent"})
+            metadata = {"caller": "lead_agent"}
+            self.events.append(("llm.human.input", "message", messages[0][-1], metadata))
 
     def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
         """Write each response and add up its tokens."""
@@ -210,38 +225,33 @@ class FloorHandler(BaseCallbackHandler):
                     "latency_ms": 0,
                     "llm_call_index": self.calls,
                 }
-                self.add("llm.ai.response", "message", message, metadata)
+                self.events.append(("llm.ai.response", "message", message, metadata))
 
     def on_tool_end(self, output: Any, **kwargs: Any) -> None:
         """Write a tool's message."""
         if isinstance(output, ToolMessage):
             metadata = {"caller": "lead_agent", "tool_call_id": output.tool_call_id}
-            self.add("llm.tool.result", "message", output, metadata)
+            self.events.append(("llm.tool.result", "message", output, metadata))
 
     def on_chain_end(self, outputs: Any, **kwargs: Any) -> None:
         """Write ``run.end`` at the root chain, then the run's rows in the background."""
         if kwargs.get("parent_run_id") is None:
-            self.add("run.end", "outputs", outputs, {"status": "success"})
+            self.events.append(("run.end", "outputs", outputs, {"status": "success"}))
             self.written = asyncio.get_running_loop().create_task(self.flush())
 
-    def add(self, event_type: str, category: str, content: Any, metadata: dict[str, Any]) -> None:
-        self.events.append((event_type, category, content, metadata, time.time()))
-
     async def flush(self) -> None:
-        run_id, now = str(uuid.uuid4()), time.strftime("%Y-%m-%dT%H:%M:%S+00:00")
+        now, dump = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), _dumper()
         rows: list[Row] = [
             (
                 "bench",
-                run_id,
-                seq,
+                self.run_id,
                 event_type,
                 category,
-                orjson.dumps(content, default=_dump).decode(),
-                orjson.dumps(metadata, default=_dump).decode(),
+                orjson.dumps(content, default=dump).decode(),
+                orjson.dumps(metadata, default=dump).decode(),
                 now,
-                None,
             )
-            for seq, (event_type, category, content, metadata, _) in enumerate(self.events, 1)
+            for event_type, category, content, metadata in self.events
         ]
         await self.write(rows)
 
@@ -288,20 +298,24 @@ def floored(write: Write) -> Variant:
 
 
 class FloorTable:
-    """Where the floor writes: a list, or a plain aiosqlite table (bench_stores' floor schema,
-    seqs numbered in Python, one transaction per run)."""
+    """Where the floor writes, numbering rows in the thread: a list, or a plain aiosqlite table
+    (bench_stores' floor schema, one transaction per run; one process only, so the seqs are
+    counted here rather than read under a write lock)."""
 
     def __init__(self, db: aiosqlite.Connection | None) -> None:
         self.db = db
-        self.rows: list[Row] = []  # without a database
+        self.rows: list[tuple[Any, ...]] = []  # without a database
         self.last_seq = 0
 
     async def write(self, rows: list[Row]) -> None:
-        if self.db is None:
-            self.rows.extend(rows)
-            return
-        numbered = [(*row[:2], self.last_seq + i, *row[3:]) for i, row in enumerate(rows, 1)]
+        numbered = [
+            (thread, run, self.last_seq + seq, *rest, None)
+            for seq, (thread, run, *rest) in enumerate(rows, 1)
+        ]
         self.last_seq += len(rows)
+        if self.db is None:
+            self.rows.extend(numbered)
+            return
         await self.db.executemany(INSERT, numbered)
         await self.db.commit()
 
@@ -309,25 +323,25 @@ class FloorTable:
 @contextlib.asynccontextmanager
 async def variants(tmp: str) -> AsyncIterator[dict[str, Variant]]:
     """The four ways of running the agent, keyed by name (SQLite only if its store imports)."""
-    floor_db = await aiosqlite.connect(Path(tmp) / "floor.db")
-    await floor_db.execute("PRAGMA journal_mode=WAL")
-    await floor_db.execute("PRAGMA synchronous=NORMAL")
-    await floor_db.executescript(FLOOR_SCHEMA)
-    found: dict[str, Variant] = {
-        "no callbacks": plain(None),
-        "no-op handler": plain(NoopHandler),
-        "floor+memory": floored(FloorTable(None).write),
-        "floor+sqlite": floored(FloorTable(floor_db).write),
-        "journal+memory": journaled(MemoryRunEventStore()),
-    }
     sqlite = None
-    if importlib.util.find_spec("deerflow_journal.stores.sqlite") is not None:
-        from deerflow_journal.stores.sqlite import SqliteRunEventStore
+    floor_db = await aiosqlite.connect(Path(tmp) / "floor.db")
+    try:  # aiosqlite's worker thread keeps the process alive until the connection closes
+        await floor_db.execute("PRAGMA journal_mode=WAL")
+        await floor_db.execute("PRAGMA synchronous=NORMAL")
+        await floor_db.executescript(FLOOR_SCHEMA)
+        found: dict[str, Variant] = {
+            "no callbacks": plain(None),
+            "no-op handler": plain(NoopHandler),
+            "floor+memory": floored(FloorTable(None).write),
+            "floor+sqlite": floored(FloorTable(floor_db).write),
+            "journal+memory": journaled(MemoryRunEventStore()),
+        }
+        if importlib.util.find_spec("deerflow_journal.stores.sqlite") is not None:
+            from deerflow_journal.stores.sqlite import SqliteRunEventStore
 
-        sqlite = SqliteRunEventStore(str(Path(tmp) / "bench.db"))
-        await sqlite.setup()
-        found["journal+sqlite"] = journaled(sqlite)
-    try:
+            sqlite = SqliteRunEventStore(str(Path(tmp) / "bench.db"))
+            await sqlite.setup()
+            found["journal+sqlite"] = journaled(sqlite)
         yield found
     finally:
         await floor_db.close()

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 from langchain_core.messages import HumanMessage
 
 from deerflow_journal import MemoryRunEventStore, RunJournal
@@ -54,6 +55,15 @@ def load_benchmark() -> Any:
     return module
 
 
+def without_ids(value: Any) -> Any:
+    """``value`` less every ``id`` key (LangGraph gives each run's messages new ids)."""
+    if isinstance(value, dict):
+        return {k: without_ids(v) for k, v in value.items() if k != "id"}
+    if isinstance(value, list):
+        return [without_ids(v) for v in value]
+    return value
+
+
 async def test_the_floor_writes_the_events_the_journal_writes():
     bench = load_benchmark()
     agent = bench.build_agent()
@@ -70,4 +80,16 @@ async def test_the_floor_writes_the_events_the_journal_writes():
         (event["event_type"], event["category"]) for event in events
     ]
     for row, event in zip(table.rows, events, strict=True):
+        assert without_ids(json.loads(row[5])) == without_ids(event["content"])
         assert json.loads(row[6]).keys() <= event["metadata"].keys()
+
+
+async def test_the_sqlite_floor_stores_every_run_numbered_in_its_thread(tmp_path):
+    bench = load_benchmark()
+    async with bench.variants(str(tmp_path)) as found:
+        await found["floor+sqlite"](bench.build_agent(), 2)
+    async with aiosqlite.connect(tmp_path / "floor.db") as db:
+        rows = await db.execute_fetchall("SELECT seq, run_id, event_type FROM events ORDER BY id")
+    assert [seq for seq, _, _ in rows] == list(range(1, 17))
+    assert len({run_id for _, run_id, _ in rows}) == 2
+    assert [event_type for _, _, event_type in rows[:8]] == [t for _, _, t in rows[8:]]
