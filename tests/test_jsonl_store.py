@@ -357,3 +357,60 @@ async def test_processes_writing_one_thread_get_unique_increasing_seq_and_whole_
     lines = stored_lines(tmp_path / "store")
     assert all(line.startswith(b"{") and json.loads(line) for line in lines)
     assert len(lines) == len(shared) + len(side) + 1
+
+
+async def test_a_relative_base_dir_stays_where_it_was_after_a_chdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    store = JsonlRunEventStore("journal")
+    await store.setup()
+    await store.put(**ev(content="before"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    await store.put(**ev(content="after"))
+    events = await store.list_events("t", "r1")
+    assert [(e["seq"], e["content"]) for e in events] == [(1, "before"), (2, "after")]
+    assert not (tmp_path / "elsewhere" / "journal").exists()
+
+
+def summary(run_id: str = "r1") -> RunSummary:
+    return RunSummary(thread_id="t", run_id=run_id, status="success")
+
+
+async def test_a_journal_batch_whose_summary_fails_writes_no_events(tmp_path):
+    # The journal retries a failed batch whole: events left written would be written twice.
+    store = JsonlRunEventStore(tmp_path)
+    await store.setup()
+    await store.put(**ev(content="earlier"))
+    blocker = ThreadPaths(store.base_dir, "t").summaries
+    # Reads as no summaries yet (the owner check passes), but appending to it fails.
+    blocker.symlink_to(tmp_path / "missing" / "summaries.jsonl")
+    with pytest.raises(OSError):
+        await store._put_journal_batch([ev(content="new")], [summary()])
+    assert [e["content"] for e in await store.list_events("t", "r1")] == ["earlier"]
+    blocker.unlink()
+    await store._put_journal_batch([ev(content="new")], [summary()])
+    assert [e["content"] for e in await store.list_events("t", "r1")] == ["earlier", "new"]
+    assert (await store.get_run_summary("t", "r1")) is not None
+
+
+async def test_a_journal_batch_whose_events_fail_keeps_no_summary(tmp_path):
+    store = JsonlRunEventStore(tmp_path)
+    await store.setup()
+    await store._put_journal_batch([], [summary("r0")])
+    paths = ThreadPaths(store.base_dir, "t")
+    paths.runs.mkdir(parents=True, exist_ok=True)
+    paths.run_file("r1").mkdir()  # the events cannot be appended
+    with pytest.raises(OSError):
+        await store._put_journal_batch([ev()], [summary()])
+    assert (await store.get_run_summary("t", "r1")) is None
+    assert (await store.get_run_summary("t", "r0")) is not None
+    assert b"r1" not in paths.summaries.read_bytes()
+
+
+async def test_reads_work_with_the_thread_cache_turned_off(tmp_path):
+    store = JsonlRunEventStore(tmp_path)
+    store.max_cached_threads = 0
+    await store.setup()
+    await store.put_batch([ev(content="a"), ev(content="b")])
+    assert [e["content"] for e in await store.list_events("t", "r1")] == ["a", "b"]
+    assert await store.count_messages("t") == 2

@@ -538,3 +538,20 @@ async def test_setup_waits_for_another_connection_holding_the_write_lock(tmp_pat
     await store.put(**ev())
     assert [e["seq"] for e in await store.list_messages(T)] == [1]
     await store.close()
+
+
+async def test_a_relative_path_stays_where_it_was_after_a_chdir(tmp_path: Path, monkeypatch):
+    # The store reopens its file after close() (a journal's own store does, between runs).
+    monkeypatch.chdir(tmp_path)
+    store = SqliteRunEventStore("journal.db")
+    await store.setup()
+    await store.put(**ev(content="before"))
+    await store.close()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    await store.setup()
+    await store.put(**ev(content="after"))
+    events = await store.list_events(T, "r1")
+    await store.close()
+    assert [(e["seq"], e["content"]) for e in events] == [(1, "before"), (2, "after")]
+    assert not (tmp_path / "elsewhere" / "journal.db").exists()

@@ -798,6 +798,15 @@ async def test_run_summaries_are_deleted_with_their_run_and_thread(store):
     assert await store.list_run_summaries(T) == []
 
 
+async def test_run_summaries_of_a_thread_without_events_are_deleted_too(store):
+    await store.put_run_summary(RunSummary(thread_id=T, run_id="r1"))
+    await store.put_run_summary(RunSummary(thread_id=T, run_id="r2"))
+    assert await store.delete_by_run(T, "r1") == 0
+    assert [s.run_id for s in await store.list_run_summaries(T)] == ["r2"]
+    assert await store.delete_by_thread(T) == 0
+    assert await store.list_run_summaries(T) == []
+
+
 async def test_run_summaries_are_user_scoped(store):
     with user_scope("alice"):
         stamped = await store.put_run_summary(RunSummary(thread_id=T, run_id="r1"))

@@ -65,7 +65,8 @@ class JsonlRunEventStore(RunEventStore):
     real ids. See the module docstring for the multi-process and crash guarantees.
     """
 
-    #: How many threads keep their parsed rows cached in this process (least recent go first).
+    #: How many threads keep their parsed rows cached in this process (least recent go first;
+    #: 0 turns the cache off).
     max_cached_threads: int = 64
 
     def __init__(
@@ -75,7 +76,8 @@ class JsonlRunEventStore(RunEventStore):
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
     ) -> None:
         super().__init__(max_trace_content=max_trace_content)
-        self.base_dir = Path(base_dir)
+        # Fixed now: a relative directory must not follow a later chdir (seqs would restart).
+        self.base_dir = Path(base_dir).absolute()
         self._caches: OrderedDict[str, ThreadCache] = OrderedDict()
         # Threads share a fixed set of in-process locks, so that memory does not grow with them.
         self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
@@ -113,11 +115,15 @@ class JsonlRunEventStore(RunEventStore):
     def _cache(self, thread_id: str) -> ThreadCache:
         with self._guard:
             cache = self._caches.get(thread_id)
-            if cache is None:
-                cache = self._caches[thread_id] = ThreadCache(thread_id)
-                while len(self._caches) > self.max_cached_threads:
-                    self._caches.popitem(last=False)
-            self._caches.move_to_end(thread_id)
+            if cache is not None:
+                self._caches.move_to_end(thread_id)
+                return cache
+            cache = ThreadCache(thread_id)
+            if self.max_cached_threads < 1:
+                return cache  # caching off: this read parses the thread afresh
+            while len(self._caches) >= self.max_cached_threads:
+                self._caches.popitem(last=False)
+            self._caches[thread_id] = cache
             return cache
 
     def _drop_cache(self, thread_id: str) -> None:
@@ -170,10 +176,24 @@ class JsonlRunEventStore(RunEventStore):
         with self._locked([*event_threads, *(s["thread_id"] for s in summaries)]) as held:
             for summary in summaries:  # refuse before anything is written
                 _check_summary_owner(held[summary["thread_id"]].paths, summary)
-            if events:
-                self._write({t: held[t] for t in event_threads}, events)
-            for summary in summaries:
-                append_summary(held[summary["thread_id"]].paths, summary)
+            # Summaries first, cut back if anything fails: the journal retries a failed batch
+            # whole, so its events must not stay written when this raises.
+            before: dict[Path, int] = {}  # each summaries file's size before this batch
+            try:
+                for summary in summaries:
+                    paths = held[summary["thread_id"]].paths
+                    if paths.summaries not in before:
+                        before[paths.summaries] = prepare_append(paths.summaries)
+                    append_summary(paths, summary)
+                if events:
+                    self._write({t: held[t] for t in event_threads}, events)
+            except BaseException:
+                for path, size in before.items():
+                    try:
+                        os.truncate(path, size)
+                    except OSError:
+                        logger.warning("could not cut back the summaries in %s", path.parent)
+                raise
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         return await asyncio.to_thread(self._append_if_absent_sync, event)

@@ -177,22 +177,22 @@ class MemoryRunEventStore(RunEventStore):
         return 0 if thread is None else len(thread.get("msg", None, user_id).rows)
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
+        deleted = 0
         thread = self._threads.get(thread_id)
-        if thread is None:
-            return 0
-        kept = [
-            row
-            for row in thread.rows()
-            if not (
-                (run_id is None or row[_RUN] == run_id)
-                and (user_id is None or row[_USER] == user_id)
-            )
-        ]
-        deleted = len(thread.rows()) - len(kept)
-        rebuilt = _Thread(thread_id, thread.last_seq)
-        for row in kept:
-            rebuilt.add(row)
-        self._threads[thread_id] = rebuilt
+        if thread is not None:  # summaries go even where the thread has no events
+            kept = [
+                row
+                for row in thread.rows()
+                if not (
+                    (run_id is None or row[_RUN] == run_id)
+                    and (user_id is None or row[_USER] == user_id)
+                )
+            ]
+            deleted = len(thread.rows()) - len(kept)
+            rebuilt = _Thread(thread_id, thread.last_seq)
+            for row in kept:
+                rebuilt.add(row)
+            self._threads[thread_id] = rebuilt
         for key, summary in list(self._summaries.items()):
             if (
                 key[0] == thread_id

@@ -113,7 +113,11 @@ class SqliteRunEventStore(RunEventStore):
         if isinstance(path_or_conn, aiosqlite.Connection):
             self._path, self._db = None, path_or_conn
         elif isinstance(path_or_conn, str | os.PathLike):
-            self._path, self._db = os.fspath(path_or_conn), None
+            path = os.fspath(path_or_conn)
+            # Fixed now: the store reopens its file after close(), and a relative path must
+            # not follow a chdir made meanwhile (the journal would go on in another file).
+            self._path = path if path in ("", ":memory:") else os.path.abspath(path)
+            self._db = None
         else:
             raise TypeError(
                 "SqliteRunEventStore needs a path or an aiosqlite.Connection, "
