@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -12,11 +13,12 @@ from pathlib import Path
 from typing import TypedDict
 from urllib.parse import quote
 
+import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import END, START, StateGraph
-from psycopg.rows import dict_row
+from psycopg.rows import class_row, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from deerflow_journal import PostgresRunEventStore, RunSummary, open_store
@@ -171,11 +173,18 @@ async def test_store_ignores_the_pool_connection_settings(pg, autocommit):
             assert (await (await conn.execute("SELECT 1 AS one")).fetchone()) == {"one": 1}
 
 
-def _dsn_in_time_zone(pg: PostgresBackend, time_zone: str) -> str:
-    """The test schema's DSN with the session time zone set to ``time_zone``."""
-    options = quote(f"-csearch_path={pg.schema} -ctimezone={time_zone}", safe="")
+def _dsn_with(pg: PostgresBackend, *settings: str) -> str:
+    """The test schema's DSN with session ``settings`` (``name=value``, spaces escaped)."""
+    options = quote(
+        " ".join([f"-csearch_path={pg.schema}", *(f"-c{s}" for s in settings)]), safe=""
+    )
     separator = "&" if "?" in pg.server_dsn else "?"
     return f"{pg.server_dsn}{separator}options={options}"
+
+
+def _dsn_in_time_zone(pg: PostgresBackend, time_zone: str) -> str:
+    """The test schema's DSN with the session time zone set to ``time_zone``."""
+    return _dsn_with(pg, f"timezone={time_zone}")
 
 
 async def _session_time_zone(pool: AsyncConnectionPool) -> str:
@@ -301,3 +310,59 @@ def test_missing_psycopg_raises_an_import_error_naming_the_extra():
     assert len(lines) == 3
     for line in lines[1:]:
         assert "pip install 'deerflow-journal[postgres]'" in line
+
+
+# -- the caller's session settings ------------------------------------------------------------
+
+
+async def _write_from_tasks(store: PostgresRunEventStore, tasks: int = 6, each: int = 15) -> None:
+    async def write(task: int) -> None:
+        for i in range(each):
+            await store.put(
+                thread_id=THREAD, run_id=f"r{task}", event_type="e", category="message", content=i
+            )
+
+    await asyncio.gather(*(write(task) for task in range(tasks)))
+
+
+@pytest.mark.parametrize("level", ["repeatable\\ read", "serializable"])
+async def test_writers_and_setup_work_whatever_the_default_isolation_level(pg, level):
+    # The thread locks serialise writers only at READ COMMITTED: at stricter levels the
+    # snapshot is taken before the lock is granted (serialisation failures, duplicate DDL).
+    dsn = _dsn_with(pg, f"default_transaction_isolation={level}")
+    stores = [PostgresRunEventStore(dsn) for _ in range(3)]
+    try:
+        await asyncio.gather(*(store.setup() for store in stores))
+        await _write_from_tasks(stores[0])
+        messages = await stores[1].list_messages(THREAD, limit=200)
+        assert [r["seq"] for r in messages] == list(range(1, 91))
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_read_only_session_reads_a_set_up_store(pg):
+    async with pg.make() as store:
+        await store.put(thread_id=THREAD, run_id="r", event_type="e", category="message")
+    dsn = _dsn_with(pg, "default_transaction_read_only=on")
+    async with PostgresRunEventStore(dsn) as reader:  # setting up needs no DDL any more
+        assert await reader.count_messages(THREAD) == 1
+
+
+async def test_a_dsn_naming_a_missing_database_fails_with_the_servers_reason(pg):
+    dsn = pg.server_dsn.rsplit("/", 1)[0] + f"/missing_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(psycopg.OperationalError, match="does not exist"):
+        await PostgresRunEventStore(dsn).setup()
+
+
+@dataclasses.dataclass
+class _ThreadOnly:
+    thread_id: str
+
+
+async def test_a_journal_write_ignores_the_pool_row_factory(pg):
+    pool = AsyncConnectionPool(pg.dsn, open=False, kwargs={"row_factory": class_row(_ThreadOnly)})
+    async with pool, PostgresRunEventStore(pool) as store:
+        event = {"thread_id": THREAD, "run_id": "r", "event_type": "e", "category": "message"}
+        await store._put_journal_batch([event], [RunSummary(thread_id=THREAD, run_id="r")])
+        assert await store.get_run_summary(THREAD, "r") is not None

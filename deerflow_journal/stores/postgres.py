@@ -176,6 +176,14 @@ class PostgresRunEventStore(RunEventStore):
         if self._pool is None:
             self._pool = await _open_pool(self._dsn)
         async with self._connection() as (conn, cur), _atomic(conn):
+            # Set up already: no lock and no DDL, which a read-only session or a role that
+            # may only read and write rows cannot run.
+            await cur.execute("SELECT to_regclass('run_event_migrations') IS NOT NULL")
+            if (await cur.fetchone() or (False,))[0]:
+                await cur.execute("SELECT coalesce(max(v), -1) FROM run_event_migrations")
+                if (await cur.fetchone() or (-1,))[0] >= len(MIGRATIONS) - 1:
+                    return
+        async with self._connection() as (conn, cur), _atomic(conn):
             await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
             await cur.execute(_MIGRATIONS_TABLE)
             await cur.execute("SELECT coalesce(max(v), -1) FROM run_event_migrations")
@@ -217,8 +225,8 @@ class PostgresRunEventStore(RunEventStore):
                 await _lock_threads(conn, {e.thread_id for e in events})
                 await cur.execute(_INSERT_BATCH, _batch_columns(events))
             for summary in summaries:
-                written = await conn.execute(_UPSERT_SUMMARY, _summary_params(summary))
-                if await written.fetchone() is None:
+                await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
+                if await cur.fetchone() is None:
                     raise other_users_summary_error(summary)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
@@ -337,6 +345,10 @@ _PIPELINE = Capabilities().has_pipeline()
 
 async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
     # Autocommit lets a single-statement read cost one round trip; writes use transactions.
+    # One plain connection first: a wrong DSN fails at once with the server's reason, where
+    # the pool would retry quietly until its timeout and then report only that.
+    probe = await AsyncConnection.connect(dsn or "", autocommit=True)
+    await probe.close()
     pool = AsyncConnectionPool(
         dsn or "", min_size=1, max_size=10, open=False, kwargs={"autocommit": True}
     )
@@ -350,9 +362,15 @@ async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
 
 @contextlib.asynccontextmanager
 async def _atomic(conn: AsyncConnection[Any], *, pipeline: bool = False) -> AsyncIterator[None]:
-    """A transaction; with ``pipeline`` its statements and COMMIT are sent without waiting."""
+    """A transaction at READ COMMITTED, whatever the session's default; with ``pipeline`` its
+    statements and COMMIT are sent without waiting.
+
+    The advisory locks only serialise writers if each statement sees what committed before
+    it: at REPEATABLE READ the snapshot is taken when the lock is requested, not granted.
+    """
     piped = conn.pipeline() if pipeline and _PIPELINE else contextlib.nullcontext()
     async with piped, conn.transaction():
+        await conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         yield
 
 
