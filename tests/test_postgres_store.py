@@ -182,11 +182,6 @@ def _dsn_with(pg: PostgresBackend, *settings: str) -> str:
     return f"{pg.server_dsn}{separator}options={options}"
 
 
-def _dsn_in_time_zone(pg: PostgresBackend, time_zone: str) -> str:
-    """The test schema's DSN with the session time zone set to ``time_zone``."""
-    return _dsn_with(pg, f"timezone={time_zone}")
-
-
 async def _session_time_zone(pool: AsyncConnectionPool) -> str:
     async with pool.connection() as conn:
         return (await (await conn.execute("SHOW timezone")).fetchone())[0]
@@ -214,14 +209,14 @@ async def _assert_extreme_created_at_round_trip(store: PostgresRunEventStore) ->
 
 
 async def test_extreme_created_at_reads_back_in_a_caller_pool_with_a_tokyo_session(pg):
-    async with AsyncConnectionPool(_dsn_in_time_zone(pg, "Asia/Tokyo"), open=False) as pool:
+    async with AsyncConnectionPool(_dsn_with(pg, "timezone=Asia/Tokyo"), open=False) as pool:
         assert await _session_time_zone(pool) == "Asia/Tokyo"
         async with PostgresRunEventStore(pool) as store:
             await _assert_extreme_created_at_round_trip(store)
 
 
 async def test_extreme_created_at_reads_back_through_a_new_york_dsn(pg):
-    dsn = _dsn_in_time_zone(pg, "America/New_York")
+    dsn = _dsn_with(pg, "timezone=America/New_York")
     async with AsyncConnectionPool(dsn, open=False) as pool:
         assert await _session_time_zone(pool) == "America/New_York"
     async with PostgresRunEventStore.from_conn_string(dsn) as store:

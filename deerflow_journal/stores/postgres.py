@@ -344,11 +344,11 @@ _PIPELINE = Capabilities().has_pipeline()
 
 
 async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
-    # Autocommit lets a single-statement read cost one round trip; writes use transactions.
     # One plain connection first: a wrong DSN fails at once with the server's reason, where
     # the pool would retry quietly until its timeout and then report only that.
     probe = await AsyncConnection.connect(dsn or "", autocommit=True)
     await probe.close()
+    # Autocommit lets a single-statement read cost one round trip; writes use transactions.
     pool = AsyncConnectionPool(
         dsn or "", min_size=1, max_size=10, open=False, kwargs={"autocommit": True}
     )
