@@ -179,14 +179,6 @@ def _first_reason(*reasons: str | None) -> str:
     return next(r for r in WORKSPACE_DIFF_UNAVAILABLE_REASONS if r in present)
 
 
-def _covered(snapshot: WorkspaceSnapshot, root_name: str, relative: str) -> bool:
-    """Whether a scan cut short by ``max_scanned_files`` still reached this path."""
-    if snapshot.boundary is None:
-        return True
-    names = [root.name for root in snapshot.roots]
-    return (names.index(root_name), tuple(relative.split("/"))) <= snapshot.boundary
-
-
 def _compare(
     before: WorkspaceSnapshot, after: WorkspaceSnapshot, limits: WorkspaceChangeLimits
 ) -> list[_Change]:
@@ -198,7 +190,7 @@ def _compare(
             continue
         names = {rel for name, rel in (*before.files, *after.files) if name == root.name}
         for relative in sorted(names, key=lambda rel: rel.split("/")):
-            if _covered(before, root.name, relative) and _covered(after, root.name, relative):
+            if before.reached(root.name, relative) and after.reached(root.name, relative):
                 change = _change(before, after, root, relative, limits)
                 if change is not None:
                     changes.append(change)

@@ -85,9 +85,14 @@ class WorkspaceRoot:
         object.__setattr__(self, "host_path", Path(self.host_path))
 
     def virtual_path(self, relative: str) -> str:
-        """The path readers see for ``relative`` (a POSIX path below the root)."""
+        """The path readers see for ``relative`` (a POSIX path below the root).
+
+        Bytes of a file name that are not UTF-8 (which the OS hands over as lone surrogates)
+        are shown as U+FFFD: the path goes into diff headers and JSON.
+        """
         prefix = self.virtual_prefix.rstrip("/")
-        return f"{prefix}/{relative}" if prefix or self.virtual_prefix else relative
+        path = f"{prefix}/{relative}" if prefix or self.virtual_prefix else relative
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,11 +168,26 @@ class WorkspaceSnapshot:
     started_ns: int
     #: Where the scan stopped when it hit ``max_scanned_files``, else ``None``.
     boundary: ScanKey | None = None
+    #: Folders it could not list, as ``(root name, relative path)``: what they hold is unknown.
+    unreadable: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def truncated(self) -> bool:
-        """Whether ``max_scanned_files`` cut the scan short."""
-        return self.boundary is not None
+        """Whether the scan missed files: cut short by ``max_scanned_files``, or a folder it
+        could not list."""
+        return self.boundary is not None or bool(self.unreadable)
+
+    def reached(self, root_name: str, relative: str) -> bool:
+        """Whether the scan saw ``relative`` (a file path) as present or absent."""
+        if self.unreadable:
+            parts = relative.split("/")
+            for depth in range(len(parts)):
+                if (root_name, "/".join(parts[:depth])) in self.unreadable:
+                    return False
+        if self.boundary is None:
+            return True
+        names = [root.name for root in self.roots]
+        return (names.index(root_name), tuple(relative.split("/"))) <= self.boundary
 
 
 def is_sensitive_path(parts: Iterable[str]) -> bool:
@@ -214,19 +234,34 @@ def file_digest(path: str | Path) -> tuple[str, bytes]:
 _Found = tuple[ScanKey, os.DirEntry[str], bool]
 
 
-def _walk(
-    root_index: int, top: str | Path, parts: tuple[str, ...], secret: bool
-) -> Iterator[_Found]:
+def _listing(
+    path: str | Path, parts: tuple[str, ...], unreadable: list[str]
+) -> Iterator[os.DirEntry[str]]:
+    """A folder's entries in name order; a folder that exists but cannot be listed is noted
+    in ``unreadable`` (a missing one simply has no files)."""
+    try:
+        with os.scandir(path) as listing:
+            return iter(sorted(listing, key=lambda entry: entry.name))
+    except (FileNotFoundError, NotADirectoryError):
+        return iter(())
+    except OSError:
+        unreadable.append("/".join(parts))
+        return iter(())
+
+
+def _walk(root_index: int, top: str | Path, unreadable: list[str]) -> Iterator[_Found]:
     """Yield files and symlinks depth-first in name order, i.e. in ``ScanKey`` order.
 
-    Each comes with whether its path is sensitive (``secret``: a folder above it is).
+    Each comes with whether its path is sensitive (a folder above it is). Iterative: a tree
+    as deep as the OS allows must not exhaust Python's recursion limit.
     """
-    try:
-        with os.scandir(top) as listing:
-            entries = sorted(listing, key=lambda entry: entry.name)
-    except OSError:
-        return
-    for entry in entries:
+    stack = [(_listing(top, (), unreadable), (), False)]
+    while stack:
+        entries, parts, secret = stack[-1]
+        entry = next(entries, None)
+        if entry is None:
+            stack.pop()
+            continue
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
             is_file = entry.is_file(follow_symlinks=False) or entry.is_symlink()
@@ -235,7 +270,8 @@ def _walk(
         sensitive = secret or is_sensitive_path((entry.name,))
         if is_dir:
             if entry.name not in WORKSPACE_SKIPPED_DIRS and not entry.name.endswith(".egg-info"):
-                yield from _walk(root_index, entry.path, (*parts, entry.name), sensitive)
+                below = (*parts, entry.name)
+                stack.append((_listing(entry.path, below, unreadable), below, sensitive))
         elif is_file:
             yield (root_index, (*parts, entry.name)), entry, sensitive
 
@@ -283,21 +319,22 @@ def scan_workspace(
     budget = limits.max_snapshot_bytes if keep_content else -1
     boundary: ScanKey | None = None
     last: ScanKey = (-1, ())
-    for key, entry, sensitive in _walk_roots(roots):
-        if len(files) == limits.max_scanned_files:
-            boundary = last
-            break
-        last = key
-        state = _entry_state(entry, sensitive, min(limits.max_file_bytes_for_diff, budget))
-        if state is not None:
-            budget -= len(state.data or b"")
-            files[roots[key[0]].name, "/".join(key[1])] = state
-    return WorkspaceSnapshot(roots, limits, files, started_ns, boundary)
-
-
-def _walk_roots(roots: tuple[WorkspaceRoot, ...]) -> Iterator[_Found]:
+    unreadable: set[tuple[str, str]] = set()
     for index, root in enumerate(roots):
-        yield from _walk(index, root.host_path, (), False)
+        folders: list[str] = []
+        for key, entry, sensitive in _walk(index, root.host_path, folders):
+            if len(files) == limits.max_scanned_files:
+                boundary = last
+                break
+            last = key
+            state = _entry_state(entry, sensitive, min(limits.max_file_bytes_for_diff, budget))
+            if state is not None:
+                budget -= len(state.data or b"")
+                files[root.name, "/".join(key[1])] = state
+        unreadable.update((root.name, folder) for folder in folders)
+        if boundary is not None:
+            break
+    return WorkspaceSnapshot(roots, limits, files, started_ns, boundary, frozenset(unreadable))
 
 
 def _check_roots(roots: Iterable[WorkspaceRoot]) -> tuple[WorkspaceRoot, ...]:

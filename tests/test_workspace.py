@@ -572,3 +572,57 @@ def test_the_workspace_benchmark_runs_and_opens_no_unchanged_file():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "unchanged files opened after the snapshot: 0" in done.stdout
+
+
+# -- awkward trees ----------------------------------------------------------------------------
+
+
+async def test_a_file_name_that_is_not_utf8_is_shown_with_replacement_characters(store, ws, roots):
+    name = Path(os.fsdecode(os.fsencode(ws) + b"/caf\xe9.txt"))  # Latin-1: legal on Linux
+    write(name, "a\n", age_ns=HOUR_NS)
+    write(ws / "ok.txt", "a\n", age_ns=HOUR_NS)
+    before = scan_workspace(roots)
+    name.write_text("b\n")
+    write(ws / "ok.txt", "b\n")
+    entries = by_path(await record(store, before, roots))
+    bad = entries[f"{PREFIX}/caf\ufffd.txt"]
+    assert bad["status"] == "modified"
+    assert f"b{PREFIX}/caf\ufffd.txt" in bad["diff"]
+    assert entries[f"{PREFIX}/ok.txt"]["status"] == "modified"
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_scanned(ws, roots):
+    levels = ["d"] * (sys.getrecursionlimit() + 100)  # about 2 KB of path: far below PATH_MAX
+    folders = [ws.joinpath(*levels[:depth]) for depth in range(1, len(levels) + 1)]
+    for folder in folders:  # one by one: pathlib's mkdir(parents=True) recurses
+        folder.mkdir()
+    write(folders[-1] / "f.txt", "x")
+    write(ws / "top.txt", "x")
+    try:
+        files = scan_workspace(roots).files
+    finally:  # deepest first: pytest's recursive cleanup would hit the recursion limit too
+        (folders[-1] / "f.txt").unlink()
+        for folder in reversed(folders):
+            folder.rmdir()
+    assert ("outputs", "top.txt") in files
+    assert ("outputs", "/".join([*levels, "f.txt"])) in files
+
+
+async def test_files_in_a_folder_that_cannot_be_listed_are_not_reported_deleted(
+    store, ws, roots, monkeypatch
+):
+    write(ws / "sub" / "keep.txt", "x\n", age_ns=HOUR_NS)
+    write(ws / "other.txt", "a\n", age_ns=HOUR_NS)
+    before = scan_workspace(roots)
+    write(ws / "other.txt", "b\n")
+    scandir = os.scandir
+
+    def refuse_sub(path: Any) -> Any:  # as chmod 000 does to anyone but root
+        if Path(path) == ws / "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse_sub)
+    event = await record(store, before, roots)
+    assert set(by_path(event)) == {f"{PREFIX}/other.txt"}
+    assert payload(event)["summary"]["truncated"] is True
