@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,10 +181,10 @@ def _first_reason(*reasons: str | None) -> str:
 
 def _compare(
     before: WorkspaceSnapshot, after: WorkspaceSnapshot, limits: WorkspaceChangeLimits
-) -> list[_Change]:
-    """Every change between the snapshots, in scan order."""
+) -> Iterator[_Change]:
+    """Every change between the snapshots, in scan order, one at a time: each holds the
+    content of its file, which must be let go before the next is read."""
     compared = {root.name for root in before.roots}
-    changes = []
     for root in after.roots:
         if root.name not in compared:
             continue
@@ -193,8 +193,7 @@ def _compare(
             if before.reached(root.name, relative) and after.reached(root.name, relative):
                 change = _change(before, after, root, relative, limits)
                 if change is not None:
-                    changes.append(change)
-    return changes
+                    yield change
 
 
 def _change(
@@ -226,28 +225,40 @@ def _change(
 
 
 def _payload(
-    changes: list[_Change], limits: WorkspaceChangeLimits, scan_truncated: bool
-) -> dict[str, Any]:
-    entries = [change.entry() for change in changes]
+    changes: Iterable[_Change], limits: WorkspaceChangeLimits, scan_truncated: bool
+) -> dict[str, Any] | None:
+    """The ``workspace_changes`` payload, or ``None`` without changes.
+
+    Each change's diff is cut to what is left of the budget as soon as it is made, and
+    changes past ``max_files`` only count, so memory stays bounded by the limits.
+    """
     summary = {status: 0 for status in ("created", "modified", "deleted", "symlink_created")}
-    for entry in entries:
-        summary[entry["status"]] += 1
-    listed = entries[: limits.max_files]
+    additions = deletions = 0
+    listed: list[dict[str, Any]] = []
     budget = limits.max_total_diff_bytes
-    for entry in listed:
+    for change in changes:
+        entry = change.entry()
+        summary[entry["status"]] += 1
+        additions += entry["additions"]
+        deletions += entry["deletions"]
+        if len(listed) == limits.max_files:
+            scan_truncated = True  # listed no more: the event says it is incomplete
+            continue
         if entry["diff"]:
             entry["diff"], entry["diff_truncated"] = cut_diff(entry["diff"], budget)
             budget -= len(entry["diff"].encode())
             if not entry["diff"]:
                 entry["diff_unavailable_reason"] = "diff_budget"
-    truncated = scan_truncated or len(entries) > len(listed)
+        listed.append(entry)
+    if not any(summary.values()):
+        return None
     return {
         "version": _VERSION,
         "summary": {
             **summary,
-            "additions": sum(entry["additions"] for entry in entries),
-            "deletions": sum(entry["deletions"] for entry in entries),
-            "truncated": truncated or any(entry["diff_truncated"] for entry in listed),
+            "additions": additions,
+            "deletions": deletions,
+            "truncated": scan_truncated or any(entry["diff_truncated"] for entry in listed),
         },
         "files": listed,
         "limits": limits.to_dict(),
@@ -277,10 +288,9 @@ def compare_workspace_snapshots(
         if not isinstance(snapshot, WorkspaceSnapshot):
             raise TypeError(f"snapshots must be WorkspaceSnapshot, got {type(snapshot).__name__}")
     limits = limits or before.limits
-    changes = _compare(before, after, limits)
-    if not changes:
+    payload = _payload(_compare(before, after, limits), limits, before.truncated or after.truncated)
+    if payload is None:
         return None
-    payload = _payload(changes, limits, before.truncated or after.truncated)
     return {
         "event_type": WORKSPACE_CHANGES_EVENT.event_type,
         "category": WORKSPACE_CHANGES_EVENT.category,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -626,3 +627,21 @@ async def test_files_in_a_folder_that_cannot_be_listed_are_not_reported_deleted(
     event = await record(store, before, roots)
     assert set(by_path(event)) == {f"{PREFIX}/other.txt"}
     assert payload(event)["summary"]["truncated"] is True
+
+
+def test_memory_while_diffing_stays_within_the_limits_not_the_changes(ws, roots):
+    limits = WorkspaceChangeLimits(max_files=5, max_total_diff_bytes=64 * 1024)
+    before = scan_workspace(roots, limits=limits)
+    body = ("x" * 63 + "\n") * 1600  # 100 KiB each: 12.5 MiB of new text in all
+    for i in range(128):
+        write(ws / f"f{i:03}.txt", body)
+    tracemalloc.start()
+    try:
+        event = diff_workspace(before, roots, limits=limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert payload(event)["summary"]["created"] == 128
+    assert len(payload(event)["files"]) == 5
+    # One file and its diff at a time, plus what the event keeps: far below all the changes.
+    assert peak < 2 * 1024 * 1024, peak
