@@ -236,13 +236,14 @@ def _payload(
     additions = deletions = 0
     listed: list[dict[str, Any]] = []
     budget = limits.max_total_diff_bytes
+    truncated = scan_truncated
     for change in changes:
         entry = change.entry()
         summary[entry["status"]] += 1
         additions += entry["additions"]
         deletions += entry["deletions"]
         if len(listed) == limits.max_files:
-            scan_truncated = True  # listed no more: the event says it is incomplete
+            truncated = True  # counted, not listed
             continue
         if entry["diff"]:
             entry["diff"], entry["diff_truncated"] = cut_diff(entry["diff"], budget)
@@ -258,7 +259,7 @@ def _payload(
             **summary,
             "additions": additions,
             "deletions": deletions,
-            "truncated": scan_truncated or any(entry["diff_truncated"] for entry in listed),
+            "truncated": truncated or any(entry["diff_truncated"] for entry in listed),
         },
         "files": listed,
         "limits": limits.to_dict(),
