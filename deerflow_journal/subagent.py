@@ -155,7 +155,8 @@ def _start_event(chunk: Mapping[str, Any], task_id: str) -> dict[str, Any]:
 
 def _step_event(chunk: Mapping[str, Any], task_id: str) -> dict[str, Any] | None:
     index = chunk.get("message_index")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+    # Above 64 bits JSON stores would keep it as text, which the contract refuses.
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 2**63:
         return None
     message = _message_dict(chunk.get("message"))
     if message is None:

@@ -157,6 +157,8 @@ MALFORMED = {
     "bool message_index": running({"type": "ai", "content": "x"}, index=True),
     "negative message_index": running({"type": "ai", "content": "x"}, index=-1),
     "float message_index": running({"type": "ai", "content": "x"}, index=1.0),
+    # JSON stores keep integers beyond 64 bits as text, which the contract refuses.
+    "message_index over 64 bits": running({"type": "ai", "content": "x"}, index=2**63),
     "missing message_index": {"type": "task_running", "task_id": "t", "message": {}},
     "string message": running("hello"),
     "list message": running([{"type": "ai"}]),

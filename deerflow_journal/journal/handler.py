@@ -514,9 +514,12 @@ class RunJournal(GraphCallbackHandler):
                     state.note_ai_text(mapping.message_text(message))
             if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
-                state.usage.add_call(
-                    key, caller, model, [token_counts(m.usage_metadata) for m in messages]
-                )
+                # One usage per call: with several choices (n > 1) each carries all of it.
+                used = messages[0] if messages else None
+                if len(messages) > 1 and not messages[0].usage_metadata:
+                    used = next((m for m in messages if m.usage_metadata), used)
+                counts = [] if used is None else [token_counts(used.usage_metadata)]
+                state.usage.add_call(key, caller, model, counts)
         self._writer.changed(state)
 
     def on_llm_error(
@@ -694,8 +697,10 @@ class RunJournal(GraphCallbackHandler):
         Records reported right after a run ended count toward that run, whose stored summary
         is then written again.
         """
-        if isinstance(records, Mapping):
-            records = [records]
+        records = [records] if isinstance(records, Mapping) else list(records)
+        for index, record in enumerate(records):  # checked whole: nothing counts half-way
+            if not isinstance(record, Mapping):
+                raise TypeError(f"usage record {index} must be a dict, got {type(record).__name__}")
         if not self.track_token_usage:
             return 0
         with self._lock:

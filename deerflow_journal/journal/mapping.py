@@ -43,6 +43,7 @@ from deerflow_journal.catalog import (
     MIDDLEWARE_EVENT_PATTERN,
     RUN_END_EVENT,
     RUN_ERROR_EVENT,
+    RUN_EVENT_TYPE_MAX_LENGTH,
     RUN_INTERRUPT_EVENT,
     RUN_RESUME_EVENT,
     RUN_START_EVENT,
@@ -50,6 +51,7 @@ from deerflow_journal.catalog import (
     TOOL_UNRESOLVED_EVENT,
     RunEventDefinition,
 )
+from deerflow_journal.records import check_text
 from deerflow_journal.summary import RunStatus
 
 __all__ = [
@@ -523,8 +525,11 @@ def task_chunk(name: str, data: Any) -> dict[str, Any] | None:
 def middleware_event(
     tag: str, *, name: str, hook: str, action: str, changes: Mapping[str, Any]
 ) -> EventKwargs:
-    """``middleware:{tag}``; ``ValueError`` for a tag outside the pattern's length limits."""
-    event_type = MIDDLEWARE_EVENT_PATTERN.event_type(tag)
+    """``middleware:{tag}``; ``ValueError`` for a tag outside the pattern's length limits or
+    one no store can keep (control characters, lone surrogates), before anything is written."""
+    event_type = check_text(
+        MIDDLEWARE_EVENT_PATTERN.event_type(tag), "middleware tag", RUN_EVENT_TYPE_MAX_LENGTH
+    )
     if not isinstance(changes, Mapping):
         raise TypeError(f"changes must be a dict, got {type(changes).__name__}")
     for field, value in (("name", name), ("hook", hook), ("action", action)):

@@ -486,6 +486,41 @@ def test_record_middleware_rejects_a_tag_over_21_characters():
         journal.record_middleware("t" * 22, name="n", hook="h", action="a", changes={})
 
 
+@pytest.mark.parametrize("tag", ["guard\nrail", "guard\x00", "bad\ud800"])
+def test_record_middleware_rejects_a_tag_no_store_can_keep(tag):
+    # Refused when recorded: once buffered, the store would drop the event with a log line.
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(ValueError, match="middleware tag"):
+        journal.record_middleware(tag, name="n", hook="h", action="a", changes={})
+
+
+async def test_a_call_with_several_choices_counts_its_usage_once():
+    # Like ChatOpenAI with n=2: each choice carries the usage of the whole call.
+    choices = [
+        ChatGeneration(message=ai(f"choice {i}", tokens=(100, 20), model="m")) for i in range(2)
+    ]
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    root, call = uuid.uuid4(), uuid.uuid4()
+    journal.on_chain_start(None, {}, run_id=root, name="agent")
+    journal.on_chat_model_start({}, [[HumanMessage("hi")]], run_id=call, parent_run_id=root)
+    journal.on_llm_end(LLMResult(generations=[choices]), run_id=call, parent_run_id=root)
+    journal.on_chain_end({}, run_id=root)
+    await journal.flush()
+    summary = journal.summary()
+    assert (summary.total_tokens, summary.llm_call_count) == (120, 1)
+    assert summary.token_usage_by_model["m"]["total_tokens"] == 120
+    responses = [e for e in await run_events(journal) if e["event_type"] == "llm.ai.response"]
+    assert len(responses) == 2  # each choice is still written
+
+
+def test_external_usage_records_are_checked_before_any_counts():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    good = {"source_run_id": "a", "input_tokens": 10, "output_tokens": 5}
+    with pytest.raises(TypeError, match="usage record 1 must be a dict"):
+        journal.record_external_llm_usage_records([good, None])  # type: ignore[list-item]
+    assert journal.get_completion_data()["total_tokens"] == 0
+
+
 async def test_memory_context_is_recorded_once_per_run():
     journal = RunJournal(event_store=MemoryRunEventStore())
     digest = "0f" * 32
