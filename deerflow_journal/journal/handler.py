@@ -738,11 +738,24 @@ class RunJournal(GraphCallbackHandler):
 
     async def aclose(self) -> None:
         """Flush, wait for progress snapshots, and close the store if the journal opened it."""
+        self._warn_waiting()
         await self._writer.aclose()
 
     def close(self) -> None:
         """Blocking ``aclose()`` for code without an event loop."""
+        self._warn_waiting()
         self._writer.close()
+
+    def _warn_waiting(self) -> None:
+        """Say so when recorders called after the last run ended left events for a next run."""
+        with self._lock:
+            waiting = 0 if self._next is None else len(self._next.early)
+        if waiting:
+            logger.warning(
+                "journal closed with %d recorded events waiting for a run to start (they were "
+                "recorded when no run was in progress): they are written only if one starts",
+                waiting,
+            )
 
     async def __aenter__(self) -> Self:
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Annotated, Any
 
@@ -844,3 +845,12 @@ def test_a_recorder_in_a_run_whose_id_is_text_records_into_that_run():
     events = asyncio.run(run_events(journal, flush=True))
     assert [e["event_type"] for e in events] == ["run.start", "middleware:guard", "run.end"]
     assert journal.run_id == "job-42"
+
+
+async def test_closing_with_recorded_events_waiting_for_a_run_says_so(caplog):
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(scripted(ai("done"))), journal)
+    journal.record_middleware("guardrail", name="n", hook="h", action="a", changes={})
+    with caplog.at_level(logging.WARNING, logger="deerflow_journal"):
+        await journal.aclose()
+    assert "1 recorded events waiting for a run to start" in caplog.text
