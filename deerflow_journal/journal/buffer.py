@@ -104,6 +104,10 @@ class EventBuffer:
         self._kick_at = threshold  # after a failed write: the next multiple of the threshold
         self._drain = False
         self._close_when_empty = False
+        # Every event and summary queued takes the next ticket; a write takes all that is
+        # pending, so once it is stored, every ticket up to the last it took is written.
+        self._ticket = 0
+        self._written_ticket = 0
 
     # -- memory only -----------------------------------------------------------------------
 
@@ -115,6 +119,7 @@ class EventBuffer:
         """
         with self._lock:
             self._events.append(event)
+            self._ticket += 1
             return len(self._events) >= self._kick_at and self._write is None
 
     def put_summary(self, key: tuple[str, str], build: SummaryBuilder) -> None:
@@ -122,6 +127,7 @@ class EventBuffer:
         with self._lock:
             self._summaries.pop(key, None)
             self._summaries[key] = build
+            self._ticket += 1
 
     def close_store_when_empty(self) -> None:
         """Close the store after the write that leaves nothing pending (it reopens on use)."""
@@ -171,6 +177,7 @@ class EventBuffer:
             close_after = self._close_when_empty
             self._close_when_empty = False
             self._drain = False  # this write takes everything a drain asked for
+            taken = self._ticket
         error: BaseException | None = None
         while events or summaries:
             try:
@@ -190,6 +197,8 @@ class EventBuffer:
         if error is not None and (events or summaries):
             self._requeue(events, summaries, close_after)
             raise error
+        with self._lock:
+            self._written_ticket = max(self._written_ticket, taken)
         if close_after:
             await self.store.close()
 
@@ -281,22 +290,32 @@ class EventBuffer:
     def flush_blocking(
         self, pick_loop: Callable[[], asyncio.AbstractEventLoop], timeout: float
     ) -> bool:
-        """Write everything pending, blocking this thread; raise if the store fails.
+        """Write what is pending now, blocking this thread; raise if the store fails.
 
-        ``pick_loop`` names a loop that is not blocked by this thread. A write already
-        running on this thread's own loop cannot be waited for here: it finishes in the
-        background. Gives up after ``timeout`` seconds (a hung store, a stopped loop):
-        logs at ERROR what is not written and returns False.
+        What other runs queue meanwhile is not waited for. ``pick_loop`` names a loop that is
+        not blocked by this thread. A write already running on this thread's own loop cannot
+        be waited for here: it finishes in the background, and what it leaves goes out right
+        after it. Gives up after ``timeout`` seconds (a hung store, a stopped loop): logs at
+        ERROR what is not written, leaves it to go out once the store answers, returns False.
         """
         current = running_loop()
         deadline = time.monotonic() + timeout
+        with self._lock:
+            target = self._ticket
         while True:
             with self._lock:
+                if self._written_ticket >= target:
+                    return True
                 write, ours = self._next_locked(pick_loop())
-            if write is None or write.loop is current:
+                if write is not None and write.loop is current:
+                    self._drain = True
+                    return True
+            if write is None:
                 return True
             try:
                 if not write.wait_blocking(max(0.0, deadline - time.monotonic())):
+                    with self._lock:
+                        self._drain = True
                     self._log_unwritten(timeout)
                     return False
             except BaseException:

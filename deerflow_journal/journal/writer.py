@@ -145,9 +145,17 @@ class JournalWriter:
         if not state.sync:
             self.buffer.drain(background_loop() if self.owns_store else loop)
             return
+        started = time.monotonic()
         self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout)
         if trailing is not None:
-            trailing.result()
+            left = max(0.0, self.wait_timeout - (time.monotonic() - started))
+            try:
+                trailing.result(timeout=left)
+            except concurrent.futures.TimeoutError:
+                logger.error(
+                    "journal gave up after %.1f s waiting for its last progress snapshot",
+                    self.wait_timeout,
+                )
 
     def later(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` on the background loop; ``flush`` and ``close`` wait for it."""

@@ -623,3 +623,83 @@ def test_outputs_changed_by_another_thread_while_they_are_written_do_not_crash(t
     # Before callbacks copied their containers, this crashed the interpreter (SIGSEGV)
     # within a second: orjson was walking the very list the other thread changed.
     assert run_program(OUTPUTS_CHANGED_DURING_WRITES, tmp_path).strip() == "done"
+
+
+# -- a plain invoke's wait ---------------------------------------------------------------------
+
+
+class CallingBackStore(MemoryRunEventStore):
+    """Storing a ``run.end`` makes another run of the journal call back at once; that run's
+    later writes make no progress while ``hung`` is set."""
+
+    hung = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.other: tuple[RunJournal, uuid.UUID] | None = None
+        self.called_back = False
+
+    async def _append_with_summaries(
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
+    ) -> None:
+        while self.called_back and self.hung:
+            await asyncio.sleep(0.01)
+        await super()._append_with_summaries(events, summaries)
+        if self.other is not None and any(e.event_type == "run.end" for e in events):
+            self.called_back = True
+            tool_result(*self.other, 99)
+
+
+def test_a_plain_invoke_waits_for_its_own_run_not_for_what_others_add_meanwhile(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr(JournalWriter, "wait_timeout", 0.5)
+    store = CallingBackStore()
+    journal = RunJournal(event_store=store)
+    store.other = (journal, direct_run(journal, 1))  # another run, in progress
+    agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
+    assert not [r for r in caplog.records if "gave up" in r.getMessage()]
+    assert [e["event_type"] for e in asyncio.run(run_events(journal))][-1] == "run.end"
+    store.hung = False
+    journal.close()
+
+
+def test_a_plain_invoke_gives_up_on_a_hung_progress_reporter(monkeypatch, caplog):
+    monkeypatch.setattr(JournalWriter, "wait_timeout", 0.1)
+    calls = []
+
+    async def reporter(data: dict[str, Any]) -> None:
+        calls.append(data)
+        if len(calls) > 1:  # the trailing snapshot never returns
+            await asyncio.Event().wait()
+
+    journal = RunJournal(
+        event_store=MemoryRunEventStore(), progress_reporter=reporter, progress_flush_interval=60
+    )
+    graph = agent_graph(scripted(ai("", calls=[("add", {"a": 1, "b": 1}, "c1")]), ai("done")))
+    invoker = threading.Thread(
+        target=graph.invoke, args=(QUESTION, {"callbacks": [journal]}), daemon=True
+    )
+    invoker.start()
+    invoker.join(120)  # a hang guard, not a time limit on invoke
+    assert not invoker.is_alive()
+    assert any("last progress snapshot" in r.getMessage() for r in caplog.records)
+    assert journal.summary().status == "success"
+
+
+async def test_a_plain_invoke_on_the_loop_thread_during_a_write_is_written_right_after_it():
+    """Inside Jupyter: the write in flight belongs to the loop this invoke blocks."""
+    store = GatedStore()
+    journal = RunJournal(event_store=store, flush_threshold=5)
+    direct_run(journal, 5)  # an ainvoke-style run whose threshold write is now in flight
+    await settle()
+    assert store.active == 1
+    agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
+    store.gate.set()
+    await settle()
+    assert [e["event_type"] for e in await run_events(journal)] == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "run.end",
+    ]
