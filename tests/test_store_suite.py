@@ -1081,3 +1081,24 @@ async def test_a_cancelled_write_finishes_before_the_cancellation_is_seen(store)
         await task
     stored = await store.list_messages(T, limit=1000)
     assert [r["content"] for r in stored] == [str(i) for i in range(500)]
+
+
+async def test_a_closed_store_opens_again_in_another_event_loop(store):
+    # One event loop per CLI call or per test is common: nothing may stay bound to the first.
+    await store.close()
+
+    async def use(run_id: str) -> None:
+        await store.setup()
+        await asyncio.gather(
+            store.put_batch([ev(run_id=run_id), ev(run_id=run_id)]),
+            store.put(**ev(run_id=run_id)),
+            store.delete_by_run(T, "nothing"),
+            store.put_run_summary(RunSummary(thread_id=T, run_id=run_id)),
+        )
+        await store.close()
+
+    await asyncio.to_thread(asyncio.run, use("r1"))
+    await asyncio.to_thread(asyncio.run, use("r2"))
+    await store.setup()
+    assert seqs(await store.list_messages(T)) == list(range(1, 7))
+    assert [s.run_id for s in await store.list_run_summaries(T)] == ["r1", "r2"]

@@ -145,6 +145,7 @@ class RunEventStore(ABC):
         """Release what the store opened itself (never a connection or pool it was given)."""
         await self._close()
         self._is_setup = False
+        self._setup_lock = None  # bound to this event loop; the store may reopen in another
 
     async def __aenter__(self) -> Self:
         await self.setup()

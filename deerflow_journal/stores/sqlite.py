@@ -137,6 +137,7 @@ class SqliteRunEventStore(RunEventStore):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def _setup(self) -> None:
+        self._transaction_lock = asyncio.Lock()  # one per opening: each may be in another loop
         if sqlite3.sqlite_version_info < _MIN_SQLITE:
             raise RuntimeError(
                 f"SqliteRunEventStore needs SQLite 3.35 or newer; this Python links "
