@@ -116,6 +116,35 @@ async def test_writes_number_on_through_a_connection_with_its_own_row_and_text_f
             assert seqs == [1, 2, 3, 4]
 
 
+def _dict_rows(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
+    return {column[0]: value for column, value in zip(cursor.description, row, strict=True)}
+
+
+@pytest.mark.parametrize("isolation_level", [None, ""], ids=["autocommit", "implicit"])
+@pytest.mark.parametrize(
+    "factories",
+    [(sqlite3.Row, bytes), (_dict_rows, str), (_dict_rows, bytes)],
+    ids=["row-bytes", "dict-str", "dict-bytes"],
+)
+async def test_every_call_reads_plain_rows_whatever_factories_a_callers_connection_has(
+    tmp_path: Path, isolation_level: str | None, factories: tuple[Any, Any]
+):
+    async with aiosqlite.connect(tmp_path / "j.db", isolation_level=isolation_level) as db:
+        db.row_factory, db.text_factory = factories
+        store = SqliteRunEventStore(db)
+        await store.setup()
+        written = await store.put(**ev())  # one event: it raised after its commit on bytes
+        assert written["seq"] == 1
+        started, created = await store.put_if_absent(**ev(event_type="run.start", category="t"))
+        assert created and started["seq"] == 2
+        assert await store.list_events(T, "r1") == [written, started]
+        assert await store.list_messages(T) == [written]
+        await store.put_run_summary(RunSummary(thread_id=T, run_id="r1"))
+        assert (await store.get_run_summary(T, "r1")) is not None
+        assert await store.delete_by_run(T, "r1") == 2
+        assert (db.row_factory, db.text_factory) == factories  # the caller's, as they were
+
+
 async def test_from_conn_string_creates_parent_dirs_sets_up_and_closes(tmp_path: Path):
     path = tmp_path / "deep" / "er" / "journal.db"
     async with SqliteRunEventStore.from_conn_string(path) as store:

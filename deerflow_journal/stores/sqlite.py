@@ -161,12 +161,13 @@ class SqliteRunEventStore(RunEventStore):
         if db.in_transaction:
             await db.commit()
         await _use_wal(db)
-        async with self._transaction() as db:
-            await db.execute_fetchall(
+        async with self._transaction():
+            await self._submit(
+                _rows,
                 "CREATE TABLE IF NOT EXISTS run_event_migrations "
-                "(v INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)"
+                "(v INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
             )
-            rows = list(await db.execute_fetchall("SELECT max(v) FROM run_event_migrations"))
+            rows = await self._submit(_rows, "SELECT max(v) FROM run_event_migrations")
             current = -1 if rows[0][0] is None else rows[0][0]
             if current > SCHEMA_VERSION:
                 raise RuntimeError(
@@ -175,8 +176,9 @@ class SqliteRunEventStore(RunEventStore):
                 )
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[version]:
-                    await db.execute_fetchall(statement)
-                await db.execute_fetchall(
+                    await self._submit(_rows, statement)
+                await self._submit(
+                    _rows,
                     "INSERT INTO run_event_migrations (v, applied_at) VALUES (?, ?)",
                     (version, datetime.now(UTC).isoformat()),
                 )
@@ -195,20 +197,22 @@ class SqliteRunEventStore(RunEventStore):
         Several statements in one call are one round trip. This is what aiosqlite's private
         ``_execute`` does, minus the coroutine around the future: the caller may shield the
         future without a task, and the call runs to its end even if nobody waits for it.
+        Every statement of the store goes through here, so it reads plain rows whatever
+        factories a caller's connection has (see ``_plainly``).
         """
         db = self._conn
         if not db._running or db._connection is None:
             raise ValueError("the store's connection is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        db._tx.put_nowait((future, functools.partial(fn, db._connection, *args)))
+        db._tx.put_nowait((future, functools.partial(_plainly, fn, db._connection, *args)))
         return future
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one statement in one round trip, after any transaction another task holds."""
         if self._transaction_lock.locked():
             async with self._transaction_lock:
-                return list(await self._conn.execute_fetchall(sql, params))
-        return list(await self._conn.execute_fetchall(sql, params))
+                return await self._submit(_rows, sql, params)
+        return await self._submit(_rows, sql, params)
 
     async def _write(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one write statement, committed when it returns."""
@@ -218,7 +222,7 @@ class SqliteRunEventStore(RunEventStore):
         # A caller's connection in Python's implicit-transaction mode may open a transaction
         # for the statement: commit it before any other task's statement can join it.
         async with self._transaction_lock:
-            rows = list(await db.execute_fetchall(sql, params))
+            rows = await self._submit(_rows, sql, params)
             if db.in_transaction:
                 await db.commit()
             return rows
@@ -260,10 +264,10 @@ class SqliteRunEventStore(RunEventStore):
             returned = await self._write(_append_sql(len(events)), _batch_params(events))
         else:
             returned = []
-            async with self._transaction() as db:
+            async with self._transaction():
                 for start in range(0, len(events), ROWS_PER_STATEMENT):
                     chunk = events[start : start + ROWS_PER_STATEMENT]
-                    rows = await db.execute_fetchall(_append_sql(len(chunk)), _batch_params(chunk))
+                    rows = await self._submit(_rows, _append_sql(len(chunk)), _batch_params(chunk))
                     returned.extend(rows)
         return _numbered(events, returned)
 
@@ -289,12 +293,13 @@ class SqliteRunEventStore(RunEventStore):
             where, params = where + " AND run_id = ?", [*params, run_id]
         if user_id is not None:
             where, params = where + " AND user_id = ?", [*params, user_id]
-        async with self._transaction() as db:
-            async with db.execute(f"DELETE FROM run_events WHERE {where}", params) as cursor:
-                deleted = cursor.rowcount
-            await db.execute_fetchall(f"DELETE FROM run_summaries WHERE {where}", params)
-            await db.execute_fetchall(
-                "DELETE FROM run_message_counts WHERE thread_id = ? AND messages = 0", [thread_id]
+        async with self._transaction():
+            deleted = await self._submit(_rowcount, f"DELETE FROM run_events WHERE {where}", params)
+            await self._submit(_rows, f"DELETE FROM run_summaries WHERE {where}", params)
+            await self._submit(
+                _rows,
+                "DELETE FROM run_message_counts WHERE thread_id = ? AND messages = 0",
+                [thread_id],
             )
         return deleted
 
@@ -518,6 +523,30 @@ def _write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.commit()
 
 
+def _plainly(fn: Callable[..., T], conn: sqlite3.Connection, *args: Any) -> T:
+    """Run ``fn(conn, *args)`` with the connection's row and text factories at the defaults.
+
+    A caller's connection may have its own (dict rows, bytes text); the store reads tuples of
+    str. Nothing else runs on aiosqlite's worker thread meanwhile, so nobody sees the swap.
+    """
+    saved = conn.row_factory, conn.text_factory
+    conn.row_factory, conn.text_factory = None, str
+    try:
+        return fn(conn, *args)
+    finally:
+        conn.row_factory, conn.text_factory = saved
+
+
+def _rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run one statement; its rows."""
+    return conn.execute(sql, params).fetchall()
+
+
+def _rowcount(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one statement; how many rows it changed."""
+    return conn.execute(sql, params).rowcount
+
+
 # -- statements ----------------------------------------------------------------------------
 
 
@@ -568,9 +597,7 @@ def _insert_numbered(conn: sqlite3.Connection, events: list[PendingEvent]) -> li
     if not events:
         return []
     threads = list(dict.fromkeys(event.thread_id for event in events))
-    cursor = conn.cursor()
-    cursor.row_factory = None  # a caller's connection may set its own; keys come back as ints
-    found = cursor.execute(_LAST_SEQS_SQL, (encode_json(threads),)).fetchall()
+    found = conn.execute(_LAST_SEQS_SQL, (encode_json(threads),)).fetchall()
     last = dict.fromkeys(threads, 0)
     for index, last_seq in found:
         last[threads[index]] = last_seq
