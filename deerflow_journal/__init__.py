@@ -1,5 +1,6 @@
 """deerflow-journal: a durable, queryable record of LangChain and LangGraph agent runs."""
 
+import importlib.util
 from typing import Any
 
 from deerflow_journal.catalog import (
@@ -161,6 +162,19 @@ __all__ = [
     "visible_messages",
     "workspace_changes_event",
 ]
+
+
+def _has_psycopg() -> bool:
+    try:
+        return importlib.util.find_spec("psycopg") is not None
+    except ImportError:
+        return False
+
+
+if not _has_psycopg():
+    # Without the postgres extra, `from deerflow_journal import *` must still work; the name
+    # itself still explains what to install.
+    __all__.remove("PostgresRunEventStore")
 
 
 def __getattr__(name: str) -> Any:

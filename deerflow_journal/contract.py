@@ -30,8 +30,13 @@ def load_contract() -> dict[str, Any]:
     return json.loads(_contract_text())
 
 
+# What an event type must honour: (category, event type, content, metadata) validators; the
+# event type validator only for patterns (a fixed name is matched exactly).
+_Checks = tuple[Any, Any | None, Any, Any]
+
+
 @functools.cache
-def _validators() -> tuple[Any, dict[str, tuple[Any, Any]], list[tuple[str, Any, Any]]]:
+def _validators() -> tuple[Any, dict[str, _Checks], list[tuple[str, _Checks]]]:
     try:
         from jsonschema import Draft202012Validator
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -45,8 +50,13 @@ def _validators() -> tuple[Any, dict[str, tuple[Any, Any]], list[tuple[str, Any,
         Draft202012Validator.check_schema(schema)
         return Draft202012Validator(schema, format_checker=checker)
 
-    fixed = {
-        e["event_type"]: (build(e["content_schema"]), build(e["metadata_schema"]))
+    fixed: dict[str, _Checks] = {
+        e["event_type"]: (
+            build({"const": e["category"]}),
+            None,
+            build(e["content_schema"]),
+            build(e["metadata_schema"]),
+        )
         for e in contract["events"]
     }
     for alias in contract["legacy_event_aliases"]:
@@ -54,8 +64,12 @@ def _validators() -> tuple[Any, dict[str, tuple[Any, Any]], list[tuple[str, Any,
     patterns = [
         (
             p["pattern"].split("{", 1)[0],
-            build(p["content_schema"]),
-            build(p["metadata_schema"]),
+            (
+                build({"const": p["category"]}),
+                build(p["event_type_schema"]),
+                build(p["content_schema"]),
+                build(p["metadata_schema"]),
+            ),
         )
         for p in contract["dynamic_event_patterns"]
     ]
@@ -65,17 +79,21 @@ def _validators() -> tuple[Any, dict[str, tuple[Any, Any]], list[tuple[str, Any,
 def validate_event(record: Mapping[str, Any]) -> None:
     """Raise ``jsonschema.ValidationError`` unless ``record`` honours the contract.
 
-    The envelope is checked against ``record_schema``; content and metadata against the
-    schemas of the record's event type (or of the pattern it belongs to). Unknown event
-    types are checked for the envelope only, as the compatibility rules say readers must
-    accept them.
+    The envelope is checked against ``record_schema``; the category, content and metadata
+    against what the record's event type (or the pattern it belongs to, whose name rules
+    apply too) requires. Unknown event types are checked for the envelope only, as the
+    compatibility rules say readers must accept them.
     """
     record_validator, fixed, patterns = _validators()
     record_validator.validate(dict(record))
     event_type = record["event_type"]
-    schemas = fixed.get(event_type)
-    if schemas is None:
-        schemas = next(((c, m) for prefix, c, m in patterns if event_type.startswith(prefix)), None)
-    if schemas is not None:
-        schemas[0].validate(record["content"])
-        schemas[1].validate(record["metadata"])
+    checks = fixed.get(event_type)
+    if checks is None:
+        checks = next((c for prefix, c in patterns if event_type.startswith(prefix)), None)
+    if checks is not None:
+        category, name, content, metadata = checks
+        category.validate(record["category"])
+        if name is not None:
+            name.validate(event_type)
+        content.validate(record["content"])
+        metadata.validate(record["metadata"])

@@ -184,3 +184,31 @@ def test_validate_event_checks_payload_schemas():
     validate_event(
         {**middleware, "content": {"name": "g", "hook": "h", "action": "a", "changes": {}}}
     )
+
+
+def test_validate_event_checks_the_category_and_a_patterns_name_rules():
+    record = {
+        "thread_id": "t",
+        "run_id": "r",
+        "seq": 1,
+        "event_type": "run.end",
+        "category": "outputs",
+        "content": {},
+        "metadata": {"status": "success"},
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+    for category in ("message", "bogus"):
+        with pytest.raises(jsonschema.ValidationError):
+            validate_event({**record, "category": category})
+    middleware = {
+        **record,
+        "event_type": "middleware:guardrail",
+        "category": "middleware",
+        "content": {"name": "g", "hook": "h", "action": "a", "changes": {}},
+        "metadata": {},
+    }
+    validate_event(middleware)
+    with pytest.raises(jsonschema.ValidationError):
+        validate_event({**middleware, "category": "trace"})
+    with pytest.raises(jsonschema.ValidationError):
+        validate_event({**middleware, "event_type": "middleware:"})  # an empty tag

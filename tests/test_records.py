@@ -236,6 +236,15 @@ def test_ids_with_lone_surrogates_are_rejected():
         normalise_event(event(thread_id="a\ud800"))
 
 
+@pytest.mark.parametrize(
+    "url", ["sqlite:///j.db?mode=ro", "sqlite:////tmp/j.db#x", "jsonl:///dir?x=1"]
+)
+def test_a_path_url_with_a_query_or_fragment_is_refused(url):
+    # Taken as part of the file name, it would quietly create another file.
+    with pytest.raises(ValueError, match="path only"):
+        open_store(url)
+
+
 def test_three_slashes_are_relative_and_four_absolute(tmp_path, monkeypatch):
     from deerflow_journal import JsonlRunEventStore
 

@@ -56,6 +56,10 @@ def open_store(url: str | None = None, **options: Any) -> RunEventStore:
                 f"{scheme} URL needs a path after three slashes ({scheme}:///relative or "
                 f"{scheme}:////absolute), got {url!r}"
             )
+        if "?" in rest or "#" in rest:  # SQLAlchemy would read options there: say so, not guess
+            raise ValueError(
+                f"{scheme} URLs take a path only (no ?query or #fragment), got {url!r}"
+            )
         args = (rest[1:],)
     else:
         args = (f"postgresql://{rest}",)
