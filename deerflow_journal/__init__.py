@@ -166,7 +166,7 @@ __all__ = [
 
 def _has_psycopg() -> bool:
     try:
-        return importlib.util.find_spec("psycopg") is not None
+        return all(importlib.util.find_spec(name) for name in ("psycopg", "psycopg_pool"))
     except ImportError:
         return False
 

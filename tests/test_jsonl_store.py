@@ -414,3 +414,36 @@ async def test_reads_work_with_the_thread_cache_turned_off(tmp_path):
     await store.put_batch([ev(content="a"), ev(content="b")])
     assert [e["content"] for e in await store.list_events("t", "r1")] == ["a", "b"]
     assert await store.count_messages("t") == 2
+
+
+KILLED_JOURNAL_WRITER = """
+import asyncio, os, sys
+from deerflow_journal import RunSummary
+from deerflow_journal.stores import jsonl, jsonl_files
+
+def die(self):
+    os._exit(9)
+
+jsonl_files.LockedThread.commit = die  # killed with the batch's lines and summary written
+
+async def main():
+    async with jsonl.JsonlRunEventStore(sys.argv[1]) as store:
+        event = dict(thread_id="t", run_id="r1", event_type="run.end", category="outputs")
+        await store._put_journal_batch([event], [RunSummary(thread_id="t", run_id="r1")])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+async def test_a_journal_batch_killed_before_its_commit_leaves_neither_events_nor_summary(
+    tmp_path,
+):
+    async with JsonlRunEventStore(tmp_path) as store:
+        await store._put_journal_batch([], [summary("r0")])
+        assert run_python(KILLED_JOURNAL_WRITER, str(tmp_path)) == 9
+        assert b'"r1"' in ThreadPaths(store.base_dir, "t").summaries.read_bytes()
+        await store.put(**ev(run_id="r2"))  # the next writer recovers the thread
+        assert (await store.get_run_summary("t", "r1")) is None
+        assert (await store.get_run_summary("t", "r0")) is not None
+        assert [e["run_id"] for e in await store.list_messages("t")] == ["r2"]

@@ -197,10 +197,12 @@ class EventBuffer:
         if error is not None and (events or summaries):
             self._requeue(events, summaries, close_after)
             raise error
-        with self._lock:
-            self._written_ticket = max(self._written_ticket, taken)
-        if close_after:
-            await self.store.close()
+        try:
+            if close_after:
+                await self.store.close()
+        finally:  # written: a blocked invoke may return, once the store it opened is closed
+            with self._lock:
+                self._written_ticket = max(self._written_ticket, taken)
 
     async def _send(
         self,
@@ -295,8 +297,9 @@ class EventBuffer:
         What other runs queue meanwhile is not waited for. ``pick_loop`` names a loop that is
         not blocked by this thread. A write already running on this thread's own loop cannot
         be waited for here: it finishes in the background, and what it leaves goes out right
-        after it. Gives up after ``timeout`` seconds (a hung store, a stopped loop): logs at
-        ERROR what is not written, leaves it to go out once the store answers, returns False.
+        after it (with the next write, if it fails). Gives up after ``timeout`` seconds (a hung
+        store, a stopped loop): logs at ERROR what is not written, leaves it to go out once the
+        store answers, returns False.
         """
         current = running_loop()
         deadline = time.monotonic() + timeout

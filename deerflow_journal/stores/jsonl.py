@@ -46,7 +46,12 @@ from deerflow_journal.stores.jsonl_files import (
     run_file_sizes,
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
-from deerflow_journal.stores.jsonl_summaries import append_summary, delete_summaries, read_summaries
+from deerflow_journal.stores.jsonl_summaries import (
+    append_summary,
+    delete_summaries,
+    read_summaries,
+    summary_line,
+)
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["JsonlRunEventStore"]
@@ -176,24 +181,13 @@ class JsonlRunEventStore(RunEventStore):
         with self._locked([*event_threads, *(s["thread_id"] for s in summaries)]) as held:
             for summary in summaries:  # refuse before anything is written
                 _check_summary_owner(held[summary["thread_id"]].paths, summary)
-            # Summaries first, cut back if anything fails: the journal retries a failed batch
-            # whole, so its events must not stay written when this raises.
-            before: dict[Path, int] = {}  # each summaries file's size before this batch
-            try:
-                for summary in summaries:
-                    paths = held[summary["thread_id"]].paths
-                    if paths.summaries not in before:
-                        before[paths.summaries] = prepare_append(paths.summaries)
-                    append_summary(paths, summary)
-                if events:
-                    self._write({t: held[t] for t in event_threads}, events)
-            except BaseException:
-                for path, size in before.items():
-                    try:
-                        os.truncate(path, size)
-                    except OSError:
-                        logger.warning("could not cut back the summaries in %s", path.parent)
-                raise
+            # The summaries go into the events' batch (before its commit point): the journal
+            # retries a failed batch whole, so nothing of it may stay written when this raises.
+            lines: dict[str, list[bytes]] = {}
+            for summary in summaries:
+                lines.setdefault(summary["thread_id"], []).append(summary_line(summary))
+            if held:
+                self._write(held, events, lines)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         return await asyncio.to_thread(self._append_if_absent_sync, event)
@@ -206,8 +200,14 @@ class JsonlRunEventStore(RunEventStore):
                     return row.record(), False
             return self._write(held, [event])[0], True
 
-    def _write(self, held: dict[str, LockedThread], events: list[PendingEvent]) -> list[RunEvent]:
-        """Assign seq and write ``events`` with every thread in ``held`` locked."""
+    def _write(
+        self,
+        held: dict[str, LockedThread],
+        events: list[PendingEvent],
+        summaries: dict[str, list[bytes]] | None = None,
+    ) -> list[RunEvent]:
+        """Assign seq and write ``events`` (and ``summaries`` lines, by thread) all or nothing,
+        with every thread in ``held`` locked."""
         last = {thread_id: lt.state.seq for thread_id, lt in held.items()}
         lines: dict[str, dict[str, list[bytes]]] = {thread_id: {} for thread_id in held}
         rows: dict[str, list[Row]] = {thread_id: [] for thread_id in held}
@@ -224,7 +224,7 @@ class JsonlRunEventStore(RunEventStore):
             rows[thread_id].append(Row.written(event, seq, line))
             records.append(event.record(seq))
         before = {thread_id: dataclasses.replace(lt.state) for thread_id, lt in held.items()}
-        sizes = self._commit(held, last, lines)
+        sizes = self._commit(held, last, lines, summaries or {})
         for thread_id, lt in held.items():
             with self._guard:
                 cache = self._caches.get(thread_id)
@@ -237,15 +237,17 @@ class JsonlRunEventStore(RunEventStore):
         held: dict[str, LockedThread],
         last: dict[str, int],
         lines: dict[str, dict[str, list[bytes]]],
+        summaries: dict[str, list[bytes]],
     ) -> dict[str, _Sizes]:
-        """Write each thread's lines all-or-nothing; return each file's size before and after."""
+        """Write each thread's lines (run files, then summaries) all-or-nothing; return each
+        run file's size before and after."""
         paths = [lt.paths for lt in held.values()]
         marker = create_batch_marker(self.base_dir, paths) if len(held) > 1 else None
         begun: list[LockedThread] = []
         sizes = {}
         try:
             for t, lt in held.items():
-                sizes[t] = _write_thread(lt, last[t], lines[t], marker, begun)
+                sizes[t] = _write_thread(lt, last[t], lines[t], summaries.get(t), marker, begun)
             if marker is None:
                 begun[0].commit()
             else:
@@ -391,18 +393,22 @@ def _write_thread(
     lt: LockedThread,
     last_seq: int,
     lines: dict[str, list[bytes]],
+    summaries: list[bytes] | None,
     marker: Path | None,
     begun: list[LockedThread],
 ) -> _Sizes:
     """Record the thread's file sizes, then append each file's lines with one write call."""
     before = {name: prepare_append(lt.paths.runs / name) for name in lines}
-    lt.begin(last_seq, before, marker)
+    summaries_size = None if not summaries else prepare_append(lt.paths.summaries)
+    lt.begin(last_seq, before, marker, summaries_size)
     begun.append(lt)
     sizes = {}
     for name, size in before.items():
         data = b"".join(lines[name])
         append_file(lt.paths.runs / name, data)
         sizes[name] = (size, size + len(data))
+    if summaries:
+        append_file(lt.paths.summaries, b"".join(summaries))
     return sizes
 
 

@@ -211,12 +211,17 @@ class LockedThread:
         header = _HEADER % (state.seq, state.gen, state.epoch, len(pending))
         os.pwrite(self._fd, header, 0)
 
-    def begin(self, last_seq: int, sizes: dict[str, int], batch: Path | None) -> None:
-        """Record the run file sizes before a batch, and the seq it will end at."""
+    def begin(
+        self, last_seq: int, sizes: dict[str, int], batch: Path | None, summaries: int | None
+    ) -> None:
+        """Record the run file sizes before a batch (and the summaries file's, if the batch
+        has summaries), and the seq it will end at."""
         marker = None if batch is None else batch.name
         self.state.seq = last_seq
         self.state.gen += 1
         self.state.pending = {"files": sizes, "batch": marker}
+        if summaries is not None:
+            self.state.pending["summaries"] = summaries
         self._save()
 
     def commit(self) -> None:
@@ -240,9 +245,14 @@ class LockedThread:
 
     def rollback(self) -> None:
         """Truncate the files of the pending batch back to their sizes before it."""
-        for name, size in (self.state.pending or {}).get("files", {}).items():
+        pending = self.state.pending or {}
+        for name, size in pending.get("files", {}).items():
             with contextlib.suppress(FileNotFoundError):
                 os.truncate(self.paths.runs / name, size)
+        summaries = pending.get("summaries")
+        if isinstance(summaries, int):
+            with contextlib.suppress(FileNotFoundError):
+                os.truncate(self.paths.summaries, summaries)
         self.mark_shrunk()
 
     def mark_shrunk(self) -> None:

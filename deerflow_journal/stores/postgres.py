@@ -149,6 +149,7 @@ class PostgresRunEventStore(RunEventStore):
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
     ) -> None:
         super().__init__(max_trace_content=max_trace_content)
+        self._probed = False
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             self._dsn: str | None = None
             self._pool: AsyncConnectionPool | None = dsn_or_pool
@@ -174,6 +175,13 @@ class PostgresRunEventStore(RunEventStore):
 
     async def _setup(self) -> None:
         if self._pool is None:
+            if not self._probed:
+                # One plain connection on the first opening: a wrong DSN fails at once with the
+                # server's reason, where the pool would retry quietly until its timeout and
+                # then report only that. Reopenings (a journal's own store, between runs) skip it.
+                probe = await AsyncConnection.connect(self._dsn or "", autocommit=True)
+                await probe.close()
+                self._probed = True
             self._pool = await _open_pool(self._dsn)
         async with self._connection() as (conn, cur), _atomic(conn):
             # Set up already: no lock and no DDL, which a read-only session or a role that
@@ -344,10 +352,6 @@ _PIPELINE = Capabilities().has_pipeline()
 
 
 async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
-    # One plain connection first: a wrong DSN fails at once with the server's reason, where
-    # the pool would retry quietly until its timeout and then report only that.
-    probe = await AsyncConnection.connect(dsn or "", autocommit=True)
-    await probe.close()
     # Autocommit lets a single-statement read cost one round trip; writes use transactions.
     pool = AsyncConnectionPool(
         dsn or "", min_size=1, max_size=10, open=False, kwargs={"autocommit": True}
