@@ -161,17 +161,20 @@ def test_catalog_names_are_importable_from_the_top_level():
         assert getattr(deerflow_journal, name) is getattr(catalog, name)
 
 
+RUN_END_RECORD = {
+    "thread_id": "t",
+    "run_id": "r",
+    "seq": 1,
+    "event_type": "run.end",
+    "category": "outputs",
+    "content": {"anything": [1]},
+    "metadata": {"status": "success"},
+    "created_at": "2026-01-01T00:00:00+00:00",
+}
+
+
 def test_validate_event_checks_payload_schemas():
-    record = {
-        "thread_id": "t",
-        "run_id": "r",
-        "seq": 1,
-        "event_type": "run.end",
-        "category": "outputs",
-        "content": {"anything": [1]},
-        "metadata": {"status": "success"},
-        "created_at": "2026-01-01T00:00:00+00:00",
-    }
+    record = RUN_END_RECORD
     validate_event(record)
     with pytest.raises(jsonschema.ValidationError):
         validate_event({**record, "metadata": {"status": "failed"}})
@@ -187,16 +190,7 @@ def test_validate_event_checks_payload_schemas():
 
 
 def test_validate_event_checks_the_category_and_a_patterns_name_rules():
-    record = {
-        "thread_id": "t",
-        "run_id": "r",
-        "seq": 1,
-        "event_type": "run.end",
-        "category": "outputs",
-        "content": {},
-        "metadata": {"status": "success"},
-        "created_at": "2026-01-01T00:00:00+00:00",
-    }
+    record = RUN_END_RECORD
     for category in ("message", "bogus"):
         with pytest.raises(jsonschema.ValidationError):
             validate_event({**record, "category": category})
