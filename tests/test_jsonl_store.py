@@ -394,17 +394,18 @@ async def test_a_journal_batch_whose_summary_fails_writes_no_events(tmp_path):
 
 
 async def test_a_journal_batch_whose_events_fail_keeps_no_summary(tmp_path):
+    # Thread "t" goes first: its summary is written when thread "t2"'s events then fail.
     store = JsonlRunEventStore(tmp_path)
     await store.setup()
     await store._put_journal_batch([], [summary("r0")])
-    paths = ThreadPaths(store.base_dir, "t")
-    paths.runs.mkdir(parents=True, exist_ok=True)
-    paths.run_file("r1").mkdir()  # the events cannot be appended
+    blocked = ThreadPaths(store.base_dir, "t2")
+    blocked.runs.mkdir(parents=True)
+    blocked.run_file("r1").mkdir()  # the events cannot be appended
     with pytest.raises(OSError):
-        await store._put_journal_batch([ev()], [summary()])
+        await store._put_journal_batch([ev(thread_id="t2")], [summary()])
     assert (await store.get_run_summary("t", "r1")) is None
     assert (await store.get_run_summary("t", "r0")) is not None
-    assert b"r1" not in paths.summaries.read_bytes()
+    assert b"r1" not in ThreadPaths(store.base_dir, "t").summaries.read_bytes()
 
 
 async def test_reads_work_with_the_thread_cache_turned_off(tmp_path):

@@ -76,6 +76,7 @@ MIGRATIONS: tuple[str, ...] = (
 
 _MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS run_event_migrations (
     v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"""
+_SCHEMA_VERSION = "SELECT coalesce(max(v), -1) FROM run_event_migrations"
 # Advisory lock keys: one for migrations, and per thread a 64-bit hash of its id.
 _SETUP_LOCK_KEY = 0x6465657266_6A6E  # "deerf" "jn"
 _THREAD_LOCK_SEED = 0x6A6F75726E616C  # "journal"
@@ -188,13 +189,13 @@ class PostgresRunEventStore(RunEventStore):
             # may only read and write rows cannot run.
             await cur.execute("SELECT to_regclass('run_event_migrations') IS NOT NULL")
             if (await cur.fetchone() or (False,))[0]:
-                await cur.execute("SELECT coalesce(max(v), -1) FROM run_event_migrations")
+                await cur.execute(_SCHEMA_VERSION)
                 if (await cur.fetchone() or (-1,))[0] >= len(MIGRATIONS) - 1:
                     return
         async with self._connection() as (conn, cur), _atomic(conn):
             await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
             await cur.execute(_MIGRATIONS_TABLE)
-            await cur.execute("SELECT coalesce(max(v), -1) FROM run_event_migrations")
+            await cur.execute(_SCHEMA_VERSION)
             version = (await cur.fetchone() or (-1,))[0]
             for v in range(version + 1, len(MIGRATIONS)):
                 await cur.execute(MIGRATIONS[v])

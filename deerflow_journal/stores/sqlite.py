@@ -79,8 +79,7 @@ _UPSERT_SUMMARY_QUIETLY = (
     "WHERE run_summaries.user_id IS excluded.user_id"
 )
 _UPSERT_SUMMARY = f"{_UPSERT_SUMMARY_QUIETLY} RETURNING id"
-# Each listed thread's counter, keyed by its index in the JSON list (an int, whatever text
-# factory the connection has).
+# Each listed thread's counter, keyed by its index in the JSON list.
 _LAST_SEQS_SQL = (
     "SELECT threads.key, s.last_seq FROM json_each(?) AS threads "
     "JOIN run_thread_seq AS s ON s.thread_id = threads.value"
