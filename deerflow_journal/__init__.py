@@ -55,6 +55,7 @@ from deerflow_journal.records import (
 )
 from deerflow_journal.stores import (
     DEFAULT_STORE_URL,
+    JournalStore,
     RunEventStore,
     default_store_url,
     open_store,
@@ -126,6 +127,7 @@ __all__ = [
     "WORKSPACE_DIFF_UNAVAILABLE_REASONS",
     "WORKSPACE_RUN_EVENT_DEFINITIONS",
     "WORKSPACE_SKIPPED_DIRS",
+    "JournalStore",
     "JsonlRunEventStore",
     "MemoryRunEventStore",
     "PostgresRunEventStore",

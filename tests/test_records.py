@@ -222,6 +222,20 @@ def test_default_url_comes_from_the_environment(monkeypatch):
     assert isinstance(open_store(), MemoryRunEventStore)
 
 
+@pytest.mark.parametrize(
+    ("url", "message"), [("nope://x", "unknown store URL"), ("sqlite://x", "three slashes")]
+)
+def test_a_bad_url_from_the_environment_names_the_variable(monkeypatch, url, message):
+    monkeypatch.setenv(STORE_URL_ENV, url)
+    with pytest.raises(ValueError, match=message) as info:
+        open_store()
+    assert str(info.value).endswith(f"(from ${STORE_URL_ENV})")
+    assert repr(url) in str(info.value)
+    with pytest.raises(ValueError) as passed:  # a URL passed in is the caller's own
+        open_store(url)
+    assert STORE_URL_ENV not in str(passed.value)
+
+
 def test_options_reach_the_constructor():
     assert open_store("memory://", max_trace_content=5).max_trace_content == 5
 

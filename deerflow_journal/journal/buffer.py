@@ -18,14 +18,21 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from deerflow_journal.journal.loops import running_loop
+from deerflow_journal.journal.loops import on_background_loop, running_loop
 from deerflow_journal.journal.mapping import MessageDumps
-from deerflow_journal.records import normalise_event, utc_timestamp
-from deerflow_journal.stores.base import RunEventStore
+from deerflow_journal.records import (
+    DEFAULT_MAX_TRACE_CONTENT,
+    decode_json,
+    encode_json,
+    normalise_event,
+    utc_timestamp,
+)
+from deerflow_journal.stores.base import JournalStore, RunEventStore
 from deerflow_journal.summary import RunSummary
 
 __all__ = ["EventBuffer"]
@@ -43,6 +50,24 @@ def _timestamped(event: dict[str, Any]) -> dict[str, Any]:
     if isinstance(created_at, float):
         event["created_at"] = utc_timestamp(created_at)
     return event
+
+
+def _takes_journal_batches(store: Any) -> bool:
+    """True for our own stores whose public writes are not overridden."""
+    cls = type(store)
+    return (
+        isinstance(store, RunEventStore)
+        and cls.put_batch is RunEventStore.put_batch
+        and cls.put_run_summary is RunEventStore.put_run_summary
+    )
+
+
+def _plain_event(event: dict[str, Any], dumps: MessageDumps) -> dict[str, Any]:
+    """``event`` with its content and metadata as plain JSON values (messages dumped)."""
+    plain = dict(event)
+    for key in ("content", "metadata"):
+        plain[key] = decode_json(encode_json(event[key], default=dumps))
+    return plain
 
 
 async def _outcome(task: asyncio.Future[None]) -> None:
@@ -94,9 +119,16 @@ class EventBuffer:
         threshold: ``add`` reports a full buffer at this many pending events.
     """
 
-    def __init__(self, store: RunEventStore, threshold: int) -> None:
+    def __init__(
+        self, store: RunEventStore | JournalStore, threshold: int, wait_timeout: float = 30.0
+    ) -> None:
         self.store = store
         self.threshold = threshold
+        self.wait_timeout = wait_timeout
+        # Per caller loop, an async generator the loop finalises when it shuts down.
+        self._guards: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
         self._lock = threading.Lock()
         self._events: list[dict[str, Any]] = []
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
@@ -158,6 +190,7 @@ class EventBuffer:
         coro = self._job()
         try:
             if loop is running_loop():
+                self._guard_locked(loop)
                 future: Any = loop.create_task(coro)
             else:
                 future = asyncio.run_coroutine_threadsafe(coro, loop)
@@ -168,6 +201,57 @@ class EventBuffer:
         write = self._write = _Write(future, loop)
         future.add_done_callback(lambda done: self._finished(write, done))
         return write
+
+    # -- the end of a caller's loop --------------------------------------------------------
+
+    def _guard_locked(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make sure ``loop`` (running in this thread) writes what is pending before it closes.
+
+        ``asyncio.run`` cancels every task when its coroutine returns, our writes included,
+        and then finalises the async generators the loop has seen: a started generator of
+        ours is finalised there, on the still running loop, and writes what is pending.
+        """
+        if loop in self._guards or on_background_loop():
+            return
+        guard = self._at_loop_shutdown()
+        try:
+            guard.asend(None).send(None)  # runs to its ``yield``: the loop now tracks it
+        except StopIteration:
+            self._guards[loop] = guard
+
+    async def _at_loop_shutdown(self) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await self._write_before_loop_closes()
+
+    async def _write_before_loop_closes(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if not self._pending_locked() and self._write is None:
+                return
+        try:
+            await asyncio.wait_for(self.flush(loop), self.wait_timeout)
+        except BaseException as exc:  # the loop is closing: say what is lost, do not raise
+            with self._lock:
+                write = self._write
+            if write is not None and write.loop is loop and not write.future.done():
+                write.future.cancel()  # it puts its batch back, to be counted and kept
+                await asyncio.wait([write.future])
+            with self._lock:
+                runs = sorted({str(event.get("run_id")) for event in self._events})
+                count, summaries = len(self._events), len(self._summaries)
+            logger.error(
+                "journal could not write %d events of runs %s and %d run summaries before "
+                "its event loop closed (%r): call `await journal.flush()` before the "
+                "program's asyncio.run() returns",
+                count,
+                ", ".join(runs) or "-",
+                summaries,
+                exc,
+            )
+
+    # -- writing -----------------------------------------------------------------------------
 
     async def _job(self) -> None:
         with self._lock:
@@ -209,9 +293,23 @@ class EventBuffer:
         events: list[dict[str, Any]],
         summaries: list[tuple[tuple[str, str], SummaryBuilder]],
     ) -> None:
+        """Write the events and then the summaries.
+
+        Our own stores take both in one transaction, unless a subclass overrides one of the
+        public methods: it then sees every write, as any other store does. There, events a
+        ``put_batch`` took are removed from ``events``, so a failing summary is retried alone.
+        """
         batch = [_timestamped(event) for event in events]
         built = [build() for _, build in summaries]
-        await self.store._put_journal_batch(batch, built, MessageDumps())
+        if _takes_journal_batches(self.store):
+            await self.store._put_journal_batch(batch, built, MessageDumps())
+            return
+        if batch:
+            dumps = MessageDumps()
+            await self.store.put_batch([_plain_event(event, dumps) for event in batch])
+            events.clear()
+        for summary in built:
+            await self.store.put_run_summary(summary)
 
     def _storable(self, events: list[dict[str, Any]], error: BaseException) -> list[dict[str, Any]]:
         """The events of a batch that failed with ``error``, less those that never can be stored."""
@@ -222,7 +320,9 @@ class EventBuffer:
             try:
                 normalise_event(
                     _timestamped(event),
-                    max_trace_content=self.store.max_trace_content,
+                    max_trace_content=getattr(
+                        self.store, "max_trace_content", DEFAULT_MAX_TRACE_CONTENT
+                    ),
                     default=MessageDumps(),
                 )
             except (ValueError, TypeError) as exc:

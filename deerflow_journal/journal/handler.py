@@ -7,6 +7,7 @@ becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``writer`` 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
@@ -15,7 +16,7 @@ from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
@@ -33,7 +34,7 @@ from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.journal.workspace import Snapshot, WorkspaceTracker
 from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import check_text, current_user_id
-from deerflow_journal.stores import RunEventStore, open_store
+from deerflow_journal.stores import JournalStore, RunEventStore, open_store
 from deerflow_journal.subagent import subagent_run_event
 from deerflow_journal.summary import RunSummary
 from deerflow_journal.workspace import WorkspaceChangeLimits, WorkspaceRoot
@@ -68,6 +69,17 @@ def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
         return None
 
 
+def _checked_store(store: Any) -> Any:
+    """``store`` if it has the two async methods a journal writes through, else TypeError."""
+    for name in ("put_batch", "put_run_summary"):
+        if not inspect.iscoroutinefunction(getattr(store, name, None)):
+            raise TypeError(
+                f"event_store must be a store URL or have an async {name}() method "
+                f"(a RunEventStore does), got {type(store).__name__}"
+            )
+    return store
+
+
 class RunJournal(GraphCallbackHandler):
     """Journals LangChain and LangGraph runs as catalog events plus a ``RunSummary``.
 
@@ -81,9 +93,11 @@ class RunJournal(GraphCallbackHandler):
             store's id rules (``ValueError`` otherwise).
         thread_id: Thread id; ``None`` takes LangGraph's ``thread_id`` from the callback
             metadata, else (also when that one is no valid id, with a warning) the run id.
-        event_store: Where events go. ``None`` opens ``open_store()`` (the default URL); the
-            journal then owns that store, runs it on its background loop and closes it when a
-            run ends and on ``aclose()``/``close()``. A store passed in belongs to the caller
+        event_store: Where events go: a store, any object with async ``put_batch`` and
+            ``put_run_summary`` methods, or a store URL. ``None`` or a URL opens
+            ``open_store(url)`` (``None``: the default URL); the journal then owns that
+            store, runs it on its background loop and closes it when a run ends and on
+            ``aclose()``/``close()``. A store passed in belongs to the caller
             and is used on the loop the callbacks run on (under a plain ``invoke`` with no
             loop, on the journal's background loop, so it must not be tied to another loop).
         track_token_usage: Count tokens (``False`` leaves every token figure at zero).
@@ -106,7 +120,7 @@ class RunJournal(GraphCallbackHandler):
         self,
         run_id: str | None = None,
         thread_id: str | None = None,
-        event_store: RunEventStore | None = None,
+        event_store: RunEventStore | JournalStore | str | None = None,
         *,
         track_token_usage: bool = True,
         flush_threshold: int = 20,
@@ -130,7 +144,8 @@ class RunJournal(GraphCallbackHandler):
         self._lock = threading.Lock()
         self._runs: dict[Hashable, RunState] = {}  # keyed by _key(run id)
         self._latest: RunState | None = None
-        self._next: RunState | None = None
+        self._next: RunState | None = None  # recorded before any run, without a fixed id
+        self._outside: RunState | None = None  # recorded before any run, under the fixed id
         self._workspace = (
             None if workspace_roots is None else WorkspaceTracker(workspace_roots, workspace_limits)
         )
@@ -141,9 +156,10 @@ class RunJournal(GraphCallbackHandler):
                 progress_reporter, progress_flush_interval, self.get_completion_data
             )
         )
+        owned = event_store is None or isinstance(event_store, str)
         self._writer = JournalWriter(
-            open_store() if event_store is None else event_store,
-            owns_store=event_store is None,
+            open_store(event_store) if owned else _checked_store(event_store),
+            owns_store=owned,
             flush_threshold=flush_threshold,
             progress=progress,
         )
@@ -151,7 +167,7 @@ class RunJournal(GraphCallbackHandler):
     # -- properties --------------------------------------------------------------------------
 
     @property
-    def event_store(self) -> RunEventStore:
+    def event_store(self) -> RunEventStore | JournalStore:
         """The store events are written to."""
         return self._writer.store
 
@@ -203,17 +219,35 @@ class RunJournal(GraphCallbackHandler):
         callbacks = None if config is None else config.get("callbacks")
         return self._parent_run(getattr(callbacks, "parent_run_id", None))
 
-    def _recorder_state(self, *, ended: bool = False) -> RunState:
-        """The run a recorder acts on: the caller's, else the latest, else the next one.
+    def _recorder_state(self) -> RunState:
+        """The run a recorder acts on (call with the lock held).
 
-        ``ended``: a run that already ended still counts (usage reported after it ended).
+        The caller's run, else the latest run in progress, else the latest run that ended,
+        else (no run yet) the fixed run id's, else the next run to start.
         """
         state = self._caller_run() or self._latest
-        if state is not None and (ended or not state.ended):
+        if state is not None:
             return state
+        if self._run_id is not None:
+            if self._outside is None:
+                self._outside = state = RunState()
+                state.bind(
+                    None,
+                    self._run_id,
+                    self._thread_id or self._run_id,
+                    sync=running_loop() is None,
+                    user_id=current_user_id(),
+                )
+            return self._outside
         if self._next is None:
             self._next = RunState()
         return self._next
+
+    def _recorded(self, state: RunState) -> None:
+        """Start writing what a recorder added outside a run in progress: nothing else would
+        (call without the lock)."""
+        if state.bound and (state.ended or state.root is None):
+            self._writer.buffer.drain(self._writer.write_loop(state.sync))
 
     # -- chains --------------------------------------------------------------------------------
 
@@ -246,7 +280,7 @@ class RunJournal(GraphCallbackHandler):
             if state is not None:
                 self._runs[getattr(run_id, "int", run_id)] = state
             return
-        WorkspaceTracker.wait(self._start_root(serialized, run_id=run_id, **kwargs))
+        WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
 
     async def _await_chain_start(
         self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
@@ -254,7 +288,7 @@ class RunJournal(GraphCallbackHandler):
         if kwargs.get("parent_run_id") is not None:
             self._chain_start(serialized, inputs, **kwargs)
             return
-        snapshot = self._start_root(serialized, **kwargs)
+        snapshot = self._start_root(serialized, inputs, **kwargs)
         try:
             await WorkspaceTracker.wait_async(snapshot)
         except BaseException as error:
@@ -266,15 +300,16 @@ class RunJournal(GraphCallbackHandler):
     def _start_root(
         self,
         serialized: dict[str, Any] | None,
+        inputs: Any = None,
         *,
         run_id: UUID,
         tags: list[str] | None = None,
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Snapshot | None:
-        """Start a run at a root chain; return its workspace snapshot (``None``: none)."""
+        """Start a run at a root call; return its workspace snapshot (``None``: none)."""
         return self._start_run(
-            run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata
+            run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata, inputs
         )
 
     def _start_run(
@@ -283,14 +318,18 @@ class RunJournal(GraphCallbackHandler):
         name: str | None,
         tags: list[str] | None,
         metadata: dict[str, Any] | None,
+        inputs: Any,
     ) -> Snapshot | None:
-        """Bind the next run to a root chain, write its ``run.start``, start its snapshot."""
+        """Bind the next run to a root call, write its ``run.start``, start its snapshot."""
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()
         with self._lock:
-            state = self._next or RunState()
-            self._next = None
+            # Recorders used before the run (waiting in _next, or written under the fixed id)
+            # hand over their counts; what they recorded is written (or goes out) first.
+            state = self._next or self._outside or RunState()
+            self._next = self._outside = None
+            state.new_humans.add_inputs(inputs)
             run_id = self._run_id or str(root)
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
@@ -314,11 +353,44 @@ class RunJournal(GraphCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause)."""
+        """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause).
+
+        A nested chain's outputs may answer tool calls no tool callback saw, or bring the
+        run's new human message: both are looked for only while the run waits for them.
+        """
         if parent_run_id is None:
             self._end_run(run_id, outputs, None)
-        else:  # forget a nested chain (no lock: one atomic pop)
-            self._runs.pop(getattr(run_id, "int", run_id), None)
+            return
+        state = self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
+        if state is not None and (state.outcomes or not state.human_written):
+            self._note_outputs(state, outputs)
+
+    def _note_outputs(self, state: RunState, outputs: Any) -> None:
+        """Write tool results a chain's outputs carry for calls no tool callback answered,
+        and note the human messages it brings."""
+        messages = mapping.messages_in(outputs)
+        if not messages:
+            return
+        with self._lock:
+            if not state.human_written:
+                state.new_humans.add(messages)
+            written = self._reconcile(state, messages)
+        if written:
+            self._writer.changed(state)
+
+    def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
+        """Write ``llm.tool.result`` for each tool message answering a pending call that no
+        tool callback saw (call with the lock held); True if any was written."""
+        written = False
+        for message in messages:
+            if isinstance(message, ToolMessage) and state.outcomes.answered_without_callback(
+                message.tool_call_id
+            ):
+                self._emit(
+                    state, mapping.tool_result_event(message, mapping.LEAD_AGENT), detached=True
+                )
+                written = True
+        return written
 
     def on_chain_error(
         self,
@@ -339,6 +411,8 @@ class RunJournal(GraphCallbackHandler):
             state = self._runs.pop(_key(root), None)
             if state is None or state.ended:
                 return
+            if state.outcomes and outputs is not None:
+                self._reconcile(state, mapping.messages_in(outputs))
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
             # Copied now: with workspace roots it is written after the caller has its outputs.
             mapping.detached_event(terminal)
@@ -392,18 +466,38 @@ class RunJournal(GraphCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        """Remember a retriever as part of its run, so model calls inside it are attributed."""
+        """Remember a retriever as part of its run, so model calls inside it are attributed;
+        a retriever called directly is a run of its own."""
+        if parent_run_id is None:
+            tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
+            self._start_leaf(serialized, query, run_id, tags, metadata, kwargs)
+            return
         state = self._parent_run(parent_run_id)
         if state is not None:
             self._runs[_key(run_id)] = state
 
-    def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        """Forget a finished retriever."""
-        self._runs.pop(_key(run_id), None)
+    def on_retriever_end(
+        self, documents: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
+    ) -> None:
+        """Forget a finished retriever (end the run of one called directly)."""
+        if parent_run_id is None:
+            self._end_run(run_id, documents, None)
+        else:
+            self._runs.pop(_key(run_id), None)
 
-    def on_retriever_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
-        """Forget a failed retriever."""
-        self._runs.pop(_key(run_id), None)
+    def on_retriever_error(
+        self,
+        error: BaseException,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Forget a failed retriever (end the run of one called directly)."""
+        if parent_run_id is None:
+            self._end_run(run_id, None, error)
+        else:
+            self._runs.pop(_key(run_id), None)
 
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
@@ -423,11 +517,36 @@ class RunJournal(GraphCallbackHandler):
 
     # -- models --------------------------------------------------------------------------------
 
+    def _start_leaf(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        run_id: UUID,
+        tags: list[str] | None,
+        metadata: dict[str, Any] | None,
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        """Start a run at a model, tool or retriever called directly (no chain around it).
+
+        Its workspace snapshot is waited for only under a sync dispatcher: an async one
+        would block its event loop meanwhile.
+        """
+        name = mapping.chain_name(serialized, kwargs.get("name"))
+        snapshot = self._start_run(run_id, name, tags, metadata, inputs)
+        if snapshot is not None and dispatched_synchronously():
+            WorkspaceTracker.wait(snapshot)
+
+    def _own_run(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
+        """The run a model, tool or retriever call belongs to: its parent's, or its own."""
+        if parent_run_id is None:
+            return self._runs.get(getattr(run_id, "int", run_id))
+        return self._runs.get(getattr(parent_run_id, "int", parent_run_id))
+
     def _llm_started(
         self, run_id: UUID, parent_run_id: UUID | None, caller: str
     ) -> RunState | None:
         """Time a model call; the caller's held tool errors can no longer be retried."""
-        state = self._parent_run(parent_run_id)
+        state = self._own_run(run_id, parent_run_id)
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[getattr(run_id, "int", run_id)] = (time.monotonic(), state.llm_calls)
@@ -446,16 +565,19 @@ class RunJournal(GraphCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Time the call; the run's first lead-agent call records the human input."""
+        """Time the call; a lead-agent call whose prompt ends with a human message new in this
+        run records it as the run's one human input (a model called directly: its prompt)."""
+        if parent_run_id is None:
+            self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._llm_started(run_id, parent_run_id, caller)
-            if state is None or state.human_checked or caller != mapping.LEAD_AGENT:
+            if state is None or state.human_written or caller != mapping.LEAD_AGENT:
                 return
-            state.human_checked = True
             human = mapping.latest_visible_human(messages)
-            if human is None:
+            if human is None or not state.new_humans.is_new(human):
                 return
+            state.human_written = True
             if state.first_human_message is None:
                 state.first_human_message = mapping.message_text(human)
             self._emit(state, mapping.human_input_event(human), detached=True)  # a message
@@ -473,6 +595,8 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Time a completion (non-chat) model call."""
+        if parent_run_id is None:
+            self._start_leaf(serialized, prompts, run_id, tags, metadata, kwargs)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             self._llm_started(run_id, parent_run_id, caller)
@@ -494,7 +618,7 @@ class RunJournal(GraphCallbackHandler):
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
-            state = self._parent_run(parent_run_id)
+            state = self._own_run(run_id, parent_run_id)
             key = getattr(run_id, "int", run_id)
             if state is None or key in state.answered:
                 return
@@ -520,7 +644,10 @@ class RunJournal(GraphCallbackHandler):
                     used = next((m for m in messages if m.usage_metadata), used)
                 counts = [] if used is None else [token_counts(used.usage_metadata)]
                 state.usage.add_call(key, caller, model, counts)
-        self._writer.changed(state)
+        if parent_run_id is None:
+            self._end_run(run_id, messages[0] if len(messages) == 1 else messages, None)
+        else:
+            self._writer.changed(state)
 
     def on_llm_error(
         self,
@@ -531,13 +658,15 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write ``llm.error``."""
+        """Write ``llm.error`` (and end the run of a model called directly)."""
         with self._lock:
-            state = self._parent_run(parent_run_id)
+            state = self._own_run(run_id, parent_run_id)
             if state is None:
                 return
             state.llm_starts.pop(_key(run_id), None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
+        if parent_run_id is None:
+            self._end_run(run_id, None, error)
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -552,8 +681,12 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Time the tool and remember which call it answers."""
         name = kwargs.get("name") or (serialized or {}).get("name")
+        if parent_run_id is None:
+            inputs = kwargs.get("inputs", input_str)
+            tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
+            self._start_leaf(serialized, inputs, run_id, tags, metadata, kwargs)
         with self._lock:
-            state = self._parent_run(parent_run_id)
+            state = self._own_run(run_id, parent_run_id)
             if state is None:
                 return
             key = getattr(run_id, "int", run_id)
@@ -569,11 +702,12 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Write ``llm.tool.result`` for each message the tool returned."""
+        """Write ``llm.tool.result`` for each message the tool returned (and end the run of a
+        tool called directly)."""
         messages = mapping.tool_result_messages(output)
         key = getattr(run_id, "int", run_id)
         with self._lock:
-            state = self._runs.pop(key, None) or self._parent_run(parent_run_id)
+            state = self._tool_run(key, parent_run_id)
             if state is None:
                 return
             state.tool_starts.pop(key, None)
@@ -581,7 +715,9 @@ class RunJournal(GraphCallbackHandler):
             for message in messages:
                 self._emit(state, mapping.tool_result_event(message, caller), detached=True)
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
-        if messages:
+        if parent_run_id is None:
+            self._end_run(run_id, output, None)
+        elif messages:
             self._writer.changed(state)
 
     def on_tool_error(
@@ -601,26 +737,46 @@ class RunJournal(GraphCallbackHandler):
         caller = mapping.caller_from_tags(tags)
         key = getattr(run_id, "int", run_id)
         with self._lock:
-            state = self._runs.pop(key, None) or self._parent_run(parent_run_id)
+            state = self._tool_run(key, parent_run_id)
             if state is None:
                 return
-            start = state.tool_starts.pop(key, None)
-            tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
-            stopped_by = mapping.control_flow_status(error)
-            if stopped_by is not None:
-                state.outcomes.stopped(tool_call_id, stopped_by)
-                return
-            event = mapping.tool_error_event(
-                tool_call_id=tool_call_id,
-                name=start.name if start else kwargs.get("name"),
-                error=error,
-                caller=caller,
-                latency_ms=_ms_since(start.started) if start else None,
-            )
-            if tool_call_id:
-                state.outcomes.failed(tool_call_id, caller, event)
-            else:
-                self._emit(state, event)
+            self._tool_failed(state, key, error, caller, kwargs)
+        if parent_run_id is None:
+            self._end_run(run_id, None, error)
+
+    def _tool_run(self, key: Hashable, parent_run_id: UUID | None) -> RunState | None:
+        """The run of an ending tool; a nested tool is forgotten, a root one is left for
+        ``_end_run`` (call with the lock held)."""
+        if parent_run_id is None:
+            return self._runs.get(key)
+        return self._runs.pop(key, None) or self._parent_run(parent_run_id)
+
+    def _tool_failed(
+        self,
+        state: RunState,
+        key: Hashable,
+        error: BaseException,
+        caller: str,
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        """Write or hold a tool's error (call with the lock held)."""
+        start = state.tool_starts.pop(key, None)
+        tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
+        stopped_by = mapping.control_flow_status(error)
+        if stopped_by is not None:
+            state.outcomes.stopped(tool_call_id, stopped_by)
+            return
+        event = mapping.tool_error_event(
+            tool_call_id=tool_call_id,
+            name=start.name if start else kwargs.get("name"),
+            error=error,
+            caller=caller,
+            latency_ms=_ms_since(start.started) if start else None,
+        )
+        if tool_call_id:
+            state.outcomes.failed(tool_call_id, caller, event)
+        else:
+            self._emit(state, event)
 
     # -- subagents ----------------------------------------------------------------------------
 
@@ -650,7 +806,9 @@ class RunJournal(GraphCallbackHandler):
         if event is None:
             return False
         with self._lock:
-            self._emit(self._recorder_state(), event)
+            state = self._recorder_state()
+            self._emit(state, event)
+        self._recorded(state)
         return True
 
     def record_subagent_chunks(self, chunks: Iterable[Mapping[str, Any]]) -> int:
@@ -665,13 +823,16 @@ class RunJournal(GraphCallbackHandler):
         """Write ``middleware:{tag}`` with content {name, hook, action, changes}.
 
         Recorders act on the run whose graph calls them (with several runs in flight), else
-        on the latest run in progress, else on the next run (right after its ``run.start``).
-        Subclasses add their own tags by calling this method; ``ValueError`` for a tag
-        outside 1..21 characters.
+        on the latest run (one that ended gets the event after its end). Before any run, a
+        journal with a fixed ``run_id`` writes under that id; one without keeps the event for
+        the next run (right after its ``run.start``). Subclasses add their own tags by
+        calling this method; ``ValueError`` for a tag outside 1..21 characters.
         """
         event = mapping.middleware_event(tag, name=name, hook=hook, action=action, changes=changes)
         with self._lock:
-            self._emit(self._recorder_state(), event)
+            state = self._recorder_state()
+            self._emit(state, event)
+        self._recorded(state)
 
     def record_memory_context(self, *, content_sha256: str) -> bool:
         """Write the run's one ``context:memory``; False if it already has one."""
@@ -682,20 +843,25 @@ class RunJournal(GraphCallbackHandler):
                 return False
             state.memory_recorded = True
             self._emit(state, event)
-            return True
+        self._recorded(state)
+        return True
 
     def set_first_human_message(self, text: str) -> None:
         """Set the run's ``first_human_message`` (overrides the one taken from the prompt)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         with self._lock:
-            self._recorder_state().first_human_message = text
+            state = self._recorder_state()
+            state.first_human_message = text
+            if state.ended:
+                self._queue_summary(state)
+        self._recorded(state)
 
     def record_external_llm_usage_records(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Add token usage of model calls made elsewhere; return how many records counted.
 
-        Records reported right after a run ended count toward that run, whose stored summary
-        is then written again.
+        Records reported after a run ended count toward that run, whose stored summary is then
+        written again.
         """
         records = [records] if isinstance(records, Mapping) else list(records)
         for index, record in enumerate(records):  # checked whole: nothing counts half-way
@@ -704,7 +870,7 @@ class RunJournal(GraphCallbackHandler):
         if not self.track_token_usage:
             return 0
         with self._lock:
-            state = self._recorder_state(ended=True)
+            state = self._recorder_state()
             counted = state.usage.add_external(records)
             if counted and state.ended:
                 self._queue_summary(state)
@@ -727,13 +893,25 @@ class RunJournal(GraphCallbackHandler):
         """Return the latest run's ``RunSummary``; ``RuntimeError`` before any run started."""
         with self._lock:
             if self._latest is None:
-                raise RuntimeError("no run has started yet: pass the journal as a callback first")
+                raise RuntimeError(
+                    "no run has started yet: a run starts when a graph, chain, model, tool or "
+                    "retriever is called with the journal in its callbacks"
+                )
             return self._latest.summary()
 
     # -- flushing and closing ------------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Write every buffered event and summary; raise if the store fails (they stay)."""
+        """Write every event that has a run, and the summaries; raise if the store fails
+        (they stay buffered).
+
+        Tool errors held back in case a retry succeeds are written too: a retry after the
+        flush adds its outcome beside the error.
+        """
+        with self._lock:
+            for state in {id(state): state for state in self._runs.values()}.values():
+                for event in state.outcomes.settle():
+                    self._emit(state, event)
         await self._writer.flush()
 
     async def aclose(self) -> None:

@@ -68,11 +68,13 @@ __all__ = [
     "detach",
     "detached_event",
     "human_input_event",
+    "input_messages",
     "interrupt_from_error",
     "latest_visible_human",
     "llm_error_event",
     "memory_context_event",
     "message_text",
+    "messages_in",
     "middleware_event",
     "model_name",
     "response_messages",
@@ -323,7 +325,8 @@ def control_flow_status(error: BaseException) -> RunStatus | None:
     """The outcome a control-flow "error" stands for (``None`` when it is a real failure)."""
     if isinstance(error, GraphInterrupt):
         return "interrupted"
-    if isinstance(error, asyncio.CancelledError | GeneratorExit):  # or a stream closed early
+    # A cancelled task, a stream closed early, or Ctrl-C in a sync invoke.
+    if isinstance(error, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt):
         return "cancelled"
     if isinstance(error, GraphBubbleUp):
         return "success"
@@ -337,7 +340,7 @@ def terminal_event(
 
     LangGraph reports a pause with ``on_interrupt`` and then ends the root chain normally: that
     is ``interrupted`` with ``run.interrupt`` (as is a ``GraphInterrupt`` reaching the root).
-    A cancelled task or a stream closed early is ``cancelled``, any other error ``error``,
+    A cancelled task, a stream closed early or Ctrl-C is ``cancelled``, any other error ``error``,
     both with ``run.error``.
     """
     if error is None and interrupt is None:
@@ -374,6 +377,66 @@ def message_text(message: BaseMessage) -> str:
     """Return the plain text of a message (text blocks joined)."""
     content = message.content
     return content if isinstance(content, str) else str(message.text)
+
+
+def _message_list(value: Any) -> list[BaseMessage]:
+    if isinstance(value, BaseMessage):
+        return [value]
+    if isinstance(value, Command):
+        return tool_result_messages(value)
+    if isinstance(value, list | tuple):
+        found: list[BaseMessage] = []
+        for item in value:
+            if isinstance(item, BaseMessage):
+                found.append(item)
+            elif isinstance(item, Command):
+                found.extend(tool_result_messages(item))
+        return found
+    return []
+
+
+def messages_in(outputs: Any) -> list[BaseMessage]:
+    """The messages a chain's outputs carry at the top level.
+
+    A message, a list of them, a ``Command`` update, or a state dict whose values are those
+    (what LangGraph nodes return). Nothing deeper is searched: this runs at every chain end.
+    """
+    if isinstance(outputs, Mapping):
+        found: list[BaseMessage] = []
+        for value in outputs.values():
+            found.extend(_message_list(value))
+        return found
+    return _message_list(outputs)
+
+
+def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
+    """What a root invocation's inputs bring as messages: the message objects, and the texts
+    of human messages given as strings, tuples or dicts (LangGraph builds those anew).
+
+    ``{"messages": ...}`` may hold anything LangGraph's ``add_messages`` takes; other keys
+    count only for message objects; a ``Command`` counts for its update.
+    """
+    if isinstance(inputs, Command):
+        inputs = {"messages": _update_messages(inputs.update)}
+    if isinstance(inputs, Mapping):
+        objects = [m for k, v in inputs.items() if k != "messages" for m in _message_list(v)]
+        inputs = inputs.get("messages")
+    else:
+        objects = []
+    if inputs is None:
+        return objects, []
+    texts: list[str] = []
+    for item in inputs if isinstance(inputs, list) else [inputs]:  # as add_messages does
+        if isinstance(item, BaseMessage):
+            objects.append(item)
+            continue
+        try:
+            (message,) = convert_to_messages([item])
+        except Exception:  # not message-like: nothing it could bring
+            continue
+        if isinstance(message, HumanMessage):
+            texts.append(message_text(message))
+    return objects, texts
 
 
 def _completion_usage(llm_output: Mapping[str, Any] | None) -> dict[str, int] | None:

@@ -37,6 +37,20 @@ class ToolCallOutcomes:
         self._failed.pop(tool_call_id, None)
         return self._pending.pop(tool_call_id, False) is not False
 
+    def __bool__(self) -> bool:
+        """True while some requested call has no outcome yet."""
+        return bool(self._pending)
+
+    def answered_without_callback(self, tool_call_id: str | None) -> bool:
+        """End a call that a message answers though no tool callback saw it (LangGraph's
+        ``ToolNode`` answers an unknown tool name itself); False if that is not the case."""
+        if tool_call_id not in self._pending or tool_call_id in self._failed:
+            return False
+        if self._pending[tool_call_id][1] is not None:  # stopped by control flow
+            return False
+        del self._pending[tool_call_id]
+        return True
+
     def stopped(self, tool_call_id: str | None, status: RunStatus) -> None:
         """Note that a call was stopped by control flow (``status``: what the stop stands for);
         its last attempt decides, so an error an earlier attempt left is dropped."""

@@ -9,14 +9,19 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.callbacks import GraphInterruptEvent
 
-from deerflow_journal.journal.mapping import LAST_AI_MESSAGE_MAX_CHARS
+from deerflow_journal.journal.mapping import (
+    LAST_AI_MESSAGE_MAX_CHARS,
+    input_messages,
+    message_text,
+)
 from deerflow_journal.journal.outcomes import ToolCallOutcomes
 from deerflow_journal.journal.usage import TokenUsage
 from deerflow_journal.summary import RunStatus, RunSummary
 
-__all__ = ["RunState", "ToolStart"]
+__all__ = ["NewHumans", "RunState", "ToolStart"]
 
 
 @dataclass(slots=True)
@@ -26,6 +31,46 @@ class ToolStart:
     started: float
     tool_call_id: str | None
     name: str | None
+
+
+class NewHumans:
+    """The human messages that are new in a run, so its ``llm.human.input`` never repeats one
+    that a resumed run finds in its checkpointed state.
+
+    New are the messages of the run's inputs and of its chains' outputs (LangGraph assigns
+    their ids when it stores them, in place), and any message without an id (built for the
+    prompt). Inputs given as text are matched by their text, since LangGraph builds their
+    messages itself.
+    """
+
+    __slots__ = ("_ids", "_objects", "_texts")
+
+    def __init__(self) -> None:
+        self._objects: list[BaseMessage] = []
+        self._ids: set[str] = set()
+        self._texts: list[str] = []
+
+    def add_inputs(self, inputs: Any) -> None:
+        """Note what a root invocation's inputs bring."""
+        objects, texts = input_messages(inputs)
+        self.add(objects)
+        self._texts.extend(texts)
+
+    def add(self, messages: list[BaseMessage]) -> None:
+        """Note the human messages among ``messages`` (a chain's outputs)."""
+        for message in messages:
+            if isinstance(message, HumanMessage):
+                self._objects.append(message)
+                if message.id is not None:
+                    self._ids.add(message.id)
+
+    def is_new(self, message: BaseMessage) -> bool:
+        """True if ``message`` was brought by this run, not found in state it resumed from."""
+        if message.id is None or message.id in self._ids:
+            return True
+        if any(message is known for known in self._objects):
+            return True
+        return message_text(message) in self._texts
 
 
 @dataclass(slots=True)
@@ -52,7 +97,8 @@ class RunState:
     llm_starts: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
     answered: set[Hashable] = field(default_factory=set)
     tool_starts: dict[Hashable, ToolStart] = field(default_factory=dict)
-    human_checked: bool = False
+    new_humans: NewHumans = field(default_factory=NewHumans)
+    human_written: bool = False  # the run's one ``llm.human.input`` is written
     memory_recorded: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)

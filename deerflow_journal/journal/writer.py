@@ -22,7 +22,7 @@ from deerflow_journal.journal.buffer import EventBuffer, SummaryBuilder
 from deerflow_journal.journal.loops import background_loop, running_loop
 from deerflow_journal.journal.progress import ProgressThrottle
 from deerflow_journal.journal.state import RunState
-from deerflow_journal.stores.base import RunEventStore
+from deerflow_journal.stores.base import JournalStore, RunEventStore
 
 __all__ = ["JournalWriter"]
 
@@ -62,13 +62,13 @@ class JournalWriter:
 
     def __init__(
         self,
-        store: RunEventStore,
+        store: RunEventStore | JournalStore,
         *,
         owns_store: bool,
         flush_threshold: int,
         progress: ProgressThrottle | None,
     ) -> None:
-        self.buffer = EventBuffer(store, flush_threshold)
+        self.buffer = EventBuffer(store, flush_threshold, self.wait_timeout)
         self.owns_store = owns_store
         self.progress = progress
         #: The loop of the latest run started under ``ainvoke``.
@@ -79,7 +79,7 @@ class JournalWriter:
             _OWNING.add(self)
 
     @property
-    def store(self) -> RunEventStore:
+    def store(self) -> RunEventStore | JournalStore:
         """The store written to."""
         return self.buffer.store
 

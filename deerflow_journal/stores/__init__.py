@@ -6,9 +6,16 @@ import importlib
 import os
 from typing import Any
 
-from deerflow_journal.stores.base import RunEventStore
+from deerflow_journal.stores.base import JournalStore, RunEventStore
 
-__all__ = ["DEFAULT_STORE_URL", "STORE_URL_ENV", "RunEventStore", "default_store_url", "open_store"]
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "STORE_URL_ENV",
+    "JournalStore",
+    "RunEventStore",
+    "default_store_url",
+    "open_store",
+]
 
 STORE_URL_ENV = "DEERFLOW_JOURNAL_URL"
 DEFAULT_STORE_URL = "sqlite:///.deer-flow/journal.db"
@@ -36,10 +43,23 @@ def open_store(url: str | None = None, **options: Any) -> RunEventStore:
     (``sqlite:////var/lib/journal.db``). Extra keyword options (``max_trace_content``) go to
     the store's constructor. The store is not set up yet: use ``async with open_store(url)``.
     """
+    from_env = url is None and bool(os.environ.get(STORE_URL_ENV))
     if url is None:
         url = default_store_url()
     if not isinstance(url, str):
         raise TypeError(f"store URL must be a string, got {type(url).__name__}")
+    try:
+        module_name, class_name, args = _parse(url)
+    except ValueError as exc:
+        if from_env:  # the caller passed no URL: tell them where the bad one came from
+            raise ValueError(f"{exc} (from ${STORE_URL_ENV})") from None
+        raise
+    store_class = getattr(importlib.import_module(module_name), class_name)
+    return store_class(*args, **options)
+
+
+def _parse(url: str) -> tuple[str, str, tuple[str, ...]]:
+    """The module, class and constructor arguments of the store ``url`` names."""
     scheme, sep, rest = url.partition("://")
     scheme = scheme.lower().split("+", 1)[0]
     if not sep or scheme not in _SCHEMES:
@@ -63,5 +83,4 @@ def open_store(url: str | None = None, **options: Any) -> RunEventStore:
         args = (rest[1:],)
     else:
         args = (f"postgresql://{rest}",)
-    store_class = getattr(importlib.import_module(module_name), class_name)
-    return store_class(*args, **options)
+    return module_name, class_name, args

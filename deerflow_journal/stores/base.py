@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 from deerflow_journal.catalog import (
     LEGACY_EVENT_ALIASES,
@@ -49,7 +49,7 @@ from deerflow_journal.records import (
 )
 from deerflow_journal.summary import RunSummary
 
-__all__ = ["AI_RESPONSE_EVENT_TYPES", "MessagePage", "RunEventStore"]
+__all__ = ["AI_RESPONSE_EVENT_TYPES", "JournalStore", "MessagePage", "RunEventStore"]
 
 T = TypeVar("T")
 
@@ -108,6 +108,21 @@ async def _finish(write: Awaitable[T]) -> T:
             with contextlib.suppress(BaseException):
                 await task
         raise
+
+
+@runtime_checkable
+class JournalStore(Protocol):
+    """What ``RunJournal`` writes through: any object with these two async methods.
+
+    Events arrive as ``put``'s keyword arguments in a dict each, with ``thread_id``,
+    ``run_id``, ``user_id`` and an ISO ``created_at``, their content already plain JSON.
+    """
+
+    async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> Any:
+        """Append the events atomically, in order."""
+
+    async def put_run_summary(self, summary: RunSummary) -> Any:
+        """Insert or replace a run's summary."""
 
 
 class RunEventStore(ABC):

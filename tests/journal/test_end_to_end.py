@@ -269,7 +269,6 @@ async def test_interrupt_then_resume_with_a_checkpointer(store):
         "run.start",
         "run.resume",
         "llm.tool.result",
-        "llm.human.input",
         "llm.ai.response",
         "run.end",
     ]

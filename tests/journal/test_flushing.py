@@ -294,7 +294,8 @@ class HungStore(MemoryRunEventStore):
         await super()._append_with_summaries(events, summaries)
 
 
-def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog):
+def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog, monkeypatch):
+    monkeypatch.setattr(JournalWriter, "wait_timeout", 0.5)  # how long the loop's end waits
     store = HungStore()
     journal = RunJournal(event_store=store)
 
@@ -304,6 +305,7 @@ def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog):
 
     asyncio.run(main())  # the loop ends without a flush: its shutdown cancels the write
     assert "journal write cancelled; its events stay buffered" in caplog.messages
+    assert "could not write 4 events of runs" in caplog.text
     store.hung = False
     journal.close()
     types = [e["event_type"] for e in asyncio.run(run_events(journal))]

@@ -1,0 +1,507 @@
+"""How runs are formed for every way a journal is used: roots that are no chain, recorders
+outside a run, one human input per question, reconciled tool messages, Ctrl-C, a forgotten
+flush, and stores plugged in through their public methods."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.language_models.fake import FakeListLLM
+from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, interrupt
+
+from deerflow_journal import (
+    RunEvent,
+    RunEventStore,
+    RunJournal,
+    RunSummary,
+    SqliteRunEventStore,
+    open_store,
+)
+from tests.backends import Backend
+from tests.journal.agents import (
+    QUESTION,
+    FailingChatModel,
+    add,
+    agent_graph,
+    ai,
+    explode,
+    model_node,
+    run_events,
+    scripted,
+    stored,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CHUNKS = [
+    {"type": "task_started", "task_id": "t-1", "description": "look it up"},
+    {"type": "task_completed", "task_id": "t-1", "result": "found"},
+]
+DIGEST = "a" * 64
+
+
+def types(events: list[RunEvent]) -> list[str]:
+    return [e["event_type"] for e in events]
+
+
+def humans(events: list[RunEvent]) -> list[str]:
+    return [e["content"]["content"] for e in events if e["event_type"] == "llm.human.input"]
+
+
+# -- roots that are no chain ---------------------------------------------------------------
+
+
+async def test_a_chat_model_called_directly_is_a_run(store):
+    journal = RunJournal(event_store=store)
+    model = scripted(ai("Paris.", tokens=(12, 3), model="fake-gpt"))
+    await model.ainvoke([HumanMessage("Capital of France?")], {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert (summary.status, summary.total_tokens, summary.llm_call_count) == ("success", 15, 1)
+    assert summary.first_human_message == "Capital of France?"
+    assert summary.last_ai_message == "Paris."
+    assert summary.token_usage_by_model["fake-gpt"]["total_tokens"] == 15
+
+
+def test_a_completion_model_called_directly_is_a_run(tmp_path):
+    store = SqliteRunEventStore(tmp_path / "j.db")
+    journal = RunJournal(event_store=store)
+    FakeListLLM(responses=["forty-two"]).invoke("The answer?", {"callbacks": [journal]})
+    sequence, summary = asyncio.run(stored(journal))
+    assert sequence == ["run.start", "llm.ai.response", "run.end"]
+    assert summary.status == "success" and summary.last_ai_message == "forty-two"
+    asyncio.run(store.close())
+
+
+async def test_a_failing_chat_model_called_directly_ends_its_run_with_an_error(store):
+    journal = RunJournal(event_store=store)
+    with pytest.raises(ConnectionError):
+        await FailingChatModel(messages=iter([])).ainvoke("hi", {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.human.input", "llm.error", "run.error"]
+    assert summary.status == "error" and summary.error["type"] == "ConnectionError"
+
+
+async def test_a_tool_called_directly_is_a_run(store):
+    journal = RunJournal(event_store=store)
+    call = {"type": "tool_call", "id": "call-1", "name": "add", "args": {"a": 2, "b": 3}}
+    message = await add.ainvoke(call, {"callbacks": [journal]})
+    assert message.content == "5"
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.tool.result", "run.end"]
+    events = await run_events(journal)
+    assert events[0]["content"] == {"chain": "add"}
+    assert events[1]["metadata"]["tool_call_id"] == "call-1"
+    assert summary.status == "success"
+
+
+def test_a_failing_tool_called_directly_ends_its_run_with_an_error():
+    journal = RunJournal(event_store="memory://")
+    with pytest.raises(RuntimeError):
+        explode.invoke({"reason": "no disk"}, {"callbacks": [journal]})
+    summary = journal.summary()
+    assert summary.status == "error" and summary.error["message"] == "tool exploded: no disk"
+
+
+async def test_a_retriever_called_directly_is_a_run(store):
+    class Shelf(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return [Document(page_content=f"about {query}")]
+
+    journal = RunJournal(event_store=store)
+    await Shelf().ainvoke("owls", {"callbacks": [journal]})
+    await journal.flush()
+    sequence, _ = await stored(journal)
+    assert sequence == ["run.start", "run.end"]
+    assert (await run_events(journal))[1]["content"][0]["page_content"] == "about owls"
+
+
+# -- recorders outside a run ---------------------------------------------------------------
+
+
+async def test_a_fixed_id_journal_without_callbacks_writes_its_recordings(store):
+    journal = RunJournal(run_id="run-7", thread_id="thread-7", event_store=store)
+    assert journal.record_subagent_chunks(CHUNKS) == 2
+    journal.record_middleware("guardrail", name="g", hook="before", action="allow", changes={})
+    assert journal.record_memory_context(content_sha256=DIGEST)
+    await journal.flush()
+    events = await store.list_events("thread-7", "run-7")
+    assert types(events) == [
+        "subagent.start",
+        "subagent.end",
+        "middleware:guardrail",
+        "context:memory",
+    ]
+    # No run of its own: the run's real journal owns its summary.
+    assert await store.get_run_summary("thread-7", "run-7") is None
+
+
+async def test_a_recorder_after_a_run_ended_attaches_to_that_run(store):
+    journal = RunJournal(event_store=store)
+    await agent_graph(scripted(ai("done"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    ended = journal.run_id
+    journal.record_middleware("guardrail", name="g", hook="after", action="log", changes={})
+    journal.record_external_llm_usage_records(
+        [
+            {
+                "source_run_id": "x",
+                "caller": "lead_agent",
+                "model_name": "m",
+                "input_tokens": 4,
+                "output_tokens": 1,
+            }
+        ]
+    )
+    await journal.flush()
+    assert journal.run_id == ended
+    sequence, summary = await stored(journal)
+    assert sequence[-2:] == ["run.end", "middleware:guardrail"]
+    assert summary.total_tokens == 15 + 5
+
+
+async def test_flush_writes_a_tool_error_held_for_a_retry():
+    seen: list[list[str]] = []
+    journal = RunJournal(event_store="memory://")
+
+    async def check(state: MessagesState) -> dict[str, Any]:
+        await journal.flush()
+        events = await journal.event_store.list_events(journal.thread_id, journal.run_id)
+        seen.append(types(events))
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node(
+        "agent", model_node(scripted(ai("", calls=[("explode", {"reason": "r"}, "e1")])))
+    )
+    builder.add_node("tools", ToolNode([explode], handle_tool_errors=True))
+    builder.add_node("check", check)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "tools")
+    builder.add_edge("tools", "check")
+    await builder.compile().ainvoke(QUESTION, {"callbacks": [journal]})
+    assert seen == [["run.start", "llm.human.input", "llm.ai.response", "tool.error"]]
+    await journal.flush()
+    assert types(await run_events(journal)).count("tool.error") == 1
+
+
+# -- one human input per question ----------------------------------------------------------
+
+
+async def test_a_resume_after_interrupt_before_writes_no_human_input(store):
+    graph = agent_graph(
+        scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3")),
+        checkpointer=InMemorySaver(),
+    )
+    graph.interrupt_before_nodes = ["tools"]
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "ib"}}
+    await graph.ainvoke(QUESTION, config)
+    await graph.ainvoke(None, config)
+    await journal.flush()
+    messages = await store.list_messages("ib", limit=100)
+    assert [m["event_type"] for m in messages] == [
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.tool.result",
+        "llm.ai.response",
+    ]
+
+
+def approval_graph() -> Any:
+    """Asks a human, adds the answer as a new human message, then lets the model reply."""
+
+    def ask(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [HumanMessage(interrupt("Anything to add?"))]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("ask", ask)
+    builder.add_node("agent", model_node(scripted(ai("Noted."))))
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", "agent")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+async def test_a_resumed_node_adding_a_human_message_writes_that_one(store):
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "add"}}
+    graph = approval_graph()
+    await graph.ainvoke({"messages": [HumanMessage("Plan my trip")]}, config)
+    await graph.ainvoke(Command(resume="Add a day in Rome"), config)
+    await journal.flush()
+    events = [e for e in await store.list_messages("add", limit=100)]
+    assert humans(events) == ["Add a day in Rome"]
+
+
+async def test_a_node_building_the_human_message_from_other_input_writes_it(store):
+    class Topic(TypedDict):
+        topic: str
+        messages: Annotated[list[AnyMessage], add_messages]
+
+    def frame(state: Topic) -> dict[str, Any]:
+        return {"messages": [HumanMessage(f"Tell me about {state['topic']}")]}
+
+    builder = StateGraph(Topic)
+    builder.add_node("frame", frame)
+    builder.add_node("agent", model_node(scripted(ai("Owls hoot."))))
+    builder.add_edge(START, "frame")
+    builder.add_edge("frame", "agent")
+    builder.add_edge("agent", END)
+    journal = RunJournal(event_store=store)
+    await builder.compile(checkpointer=InMemorySaver()).ainvoke(
+        {"topic": "owls"}, {"callbacks": [journal], "configurable": {"thread_id": "topic"}}
+    )
+    await journal.flush()
+    assert humans(await run_events(journal)) == ["Tell me about owls"]
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+async def test_a_second_turn_repeating_the_same_words_writes_it_again(store, as_text):
+    graph = agent_graph(scripted(ai("Hi!"), ai("Hi again!")), checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "twice"}}
+    for _ in range(2):
+        words: Any = "hello" if as_text else [HumanMessage("hello")]
+        await graph.ainvoke({"messages": words}, config)
+    await journal.flush()
+    assert humans(await store.list_messages("twice", limit=100)) == ["hello", "hello"]
+
+
+# -- reconciled tool messages --------------------------------------------------------------
+
+
+async def test_tool_node_answers_to_unknown_tools_and_bad_arguments_are_outcomes(store):
+    calls = [("no_such_tool", {}, "u1"), ("add", {"a": "one"}, "v1")]
+    graph = agent_graph(scripted(ai("", calls=calls), ai("Sorry.")))
+    journal = RunJournal(event_store=store)
+    await graph.ainvoke(QUESTION, {"callbacks": [journal], "configurable": {"thread_id": "tn"}})
+    await journal.flush()
+    events = await run_events(journal)
+    outcomes = [
+        (e["event_type"], e["metadata"].get("tool_call_id"))
+        for e in events
+        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
+    ]
+    # The unknown tool never reached a tool callback: its ToolMessage is its result; the bad
+    # arguments did reach one (the tool refused them), so that call ends as its error.
+    assert sorted(outcomes) == [("llm.tool.result", "u1"), ("tool.error", "v1")]
+    (result,) = [e for e in events if e["event_type"] == "llm.tool.result"]
+    assert result["content"]["status"] == "error"
+    assert "no_such_tool is not a valid tool" in result["content"]["content"]
+    assert "llm.tool.result" in types(await store.list_messages("tn", limit=100))
+
+
+async def test_a_tool_message_only_in_the_root_outputs_is_reconciled_once(store):
+    def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [ToolMessage("made up", tool_call_id="r1")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", model_node(scripted(ai("", calls=[("add", {"a": 1, "b": 1}, "r1")]))))
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "answer")
+    journal = RunJournal(event_store=store)
+    await builder.compile().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, _ = await stored(journal)
+    assert sequence == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.tool.result",
+        "run.end",
+    ]
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------
+
+
+def test_ctrl_c_in_a_sync_invoke_ends_the_run_cancelled():
+    @tool
+    def wait_for_user(prompt: str) -> str:
+        """Wait until the user presses Ctrl-C."""
+        raise KeyboardInterrupt
+
+    graph = agent_graph(
+        scripted(ai("", calls=[("wait_for_user", {"prompt": "?"}, "k1")])),
+        [wait_for_user],
+        handle_tool_errors=False,
+    )
+    journal = RunJournal(event_store="memory://")
+    with pytest.raises(KeyboardInterrupt):
+        graph.invoke(QUESTION, {"callbacks": [journal]})
+    summary = journal.summary()
+    assert summary.status == "cancelled"
+    assert summary.error == {"type": "KeyboardInterrupt", "message": ""}
+    events = asyncio.run(run_events(journal))
+    assert types(events)[-2:] == ["tool.unresolved", "run.error"]
+    assert events[-2]["content"]["reason"] == "cancelled"
+    assert events[-1]["metadata"] == {"error_type": "KeyboardInterrupt"}
+
+
+# -- a forgotten flush ---------------------------------------------------------------------
+
+
+NO_FLUSH = """
+import asyncio, sys
+from deerflow_journal import RunJournal, SqliteRunEventStore
+from tests.journal.agents import QUESTION, agent_graph, ai, scripted
+
+async def main():
+    journal = RunJournal(event_store=SqliteRunEventStore(sys.argv[1]))
+    model = scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3"))
+    config = {"callbacks": [journal], "configurable": {"thread_id": "t"}}
+    await agent_graph(model).ainvoke(QUESTION, config)
+    print(journal.run_id)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+async def test_asyncio_run_returning_without_flush_loses_nothing(tmp_path):
+    path = tmp_path / "journal.db"
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(NO_FLUSH), str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    run_id = done.stdout.strip()
+    assert "ERROR" not in done.stderr, done.stderr
+    async with SqliteRunEventStore(path) as store:
+        events = await store.list_events("t", run_id)
+        summary = await store.get_run_summary("t", run_id)
+    assert types(events) == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.tool.result",
+        "llm.ai.response",
+        "run.end",
+    ]
+    assert summary is not None and summary.status == "success"
+
+
+# -- stores plugged in through their public methods ------------------------------------------
+
+
+async def test_a_subclass_overriding_put_batch_sees_every_write(backend: Backend):
+    store = backend.make()
+    batches: list[int] = []
+    summaries: list[str] = []
+    base = type(store)
+
+    async def put_batch(self: RunEventStore, events: Any) -> Any:
+        batches.append(len(events))
+        return await base.put_batch(self, events)
+
+    async def put_run_summary(self: RunEventStore, summary: RunSummary) -> Any:
+        summaries.append(summary.status)
+        return await base.put_run_summary(self, summary)
+
+    store.__class__ = type(f"Counting{base.__name__}", (base,), {"put_batch": put_batch})
+    async with store:
+        journal = RunJournal(event_store=store, flush_threshold=2)
+        await agent_graph(
+            scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3"))
+        ).ainvoke(QUESTION, {"callbacks": [journal]})
+        await journal.flush()
+        sequence, _ = await stored(journal)
+        assert sum(batches) == len(sequence) == 6
+        events = await run_events(journal)
+        assert events[1]["content"]["content"] == "What is 1 + 2?"  # messages stored as dicts
+        store.__class__ = type("Summaries", (base,), {"put_run_summary": put_run_summary})
+        await agent_graph(scripted(ai("again"))).ainvoke(QUESTION, {"callbacks": [journal]})
+        await journal.flush()
+        assert summaries[-1] == "success"
+        assert (await stored(journal))[1].status == "success"
+
+
+class ListStore:
+    """Not a RunEventStore: just the two methods a journal writes through."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.summaries: dict[tuple[str, str], RunSummary] = {}
+
+    async def put_batch(self, events: list[dict[str, Any]]) -> None:
+        self.events.extend(events)
+
+    async def put_run_summary(self, summary: RunSummary) -> None:
+        self.summaries[summary.thread_id, summary.run_id] = summary
+
+
+async def test_any_object_with_the_two_async_methods_is_a_journal_store():
+    sink = ListStore()
+    journal = RunJournal(event_store=sink)
+    await agent_graph(scripted(ai("3"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    assert [e["event_type"] for e in sink.events] == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "run.end",
+    ]
+    human = sink.events[1]
+    assert human["content"]["type"] == "human" and human["run_id"] == journal.run_id
+    assert isinstance(human["created_at"], str)
+    assert sink.summaries[journal.thread_id, journal.run_id].status == "success"
+
+
+def test_a_store_url_is_opened_and_owned_by_the_journal(tmp_path):
+    url = f"sqlite:///{tmp_path / 'owned.db'}"
+    journal = RunJournal(event_store=url)
+    agent_graph(scripted(ai("3"))).invoke(QUESTION, {"callbacks": [journal]})
+    journal.close()
+
+    async def read() -> list[str]:
+        async with open_store(url) as store:
+            return types(await store.list_events(journal.thread_id, journal.run_id))
+
+    assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+@pytest.mark.parametrize("bad", [42, object(), Path("x.db")])
+def test_anything_else_as_event_store_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="event_store"):
+        RunJournal(event_store=bad)
+
+
+class DownStore(ListStore):
+    """A store that is down for good."""
+
+    async def put_batch(self, events: list[dict[str, Any]]) -> None:
+        raise ConnectionError("store is down")
+
+
+def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
+    journal = RunJournal(event_store=DownStore())
+
+    async def main() -> None:
+        await agent_graph(scripted(ai("3"))).ainvoke(QUESTION, {"callbacks": [journal]})
+
+    with caplog.at_level("ERROR", logger="deerflow_journal"):
+        asyncio.run(main())
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert f"4 events of runs {journal.run_id}" in record.getMessage()
+    assert "await journal.flush()" in record.getMessage()
