@@ -7,7 +7,6 @@ becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``writer`` 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 import time
@@ -16,7 +15,7 @@ from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
@@ -72,7 +71,7 @@ def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
 def _checked_store(store: Any) -> Any:
     """``store`` if it has the two async methods a journal writes through, else TypeError."""
     for name in ("put_batch", "put_run_summary"):
-        if not inspect.iscoroutinefunction(getattr(store, name, None)):
+        if not callable(getattr(store, name, None)):
             raise TypeError(
                 f"event_store must be a store URL or have an async {name}() method "
                 f"(a RunEventStore does), got {type(store).__name__}"
@@ -219,16 +218,24 @@ class RunJournal(GraphCallbackHandler):
         callbacks = None if config is None else config.get("callbacks")
         return self._parent_run(getattr(callbacks, "parent_run_id", None))
 
-    def _recorder_state(self) -> RunState:
+    def _recorder_state(self, *, after_end: bool = True) -> RunState:
         """The run a recorder acts on (call with the lock held).
 
-        The caller's run, else the latest run in progress, else the latest run that ended,
-        else (no run yet) the fixed run id's, else the next run to start.
+        The caller's run, else the latest run in progress, else (``after_end``) the latest
+        run that ended, else, before any run, the fixed ids' (both known), else the next run.
         """
-        state = self._caller_run() or self._latest
+        state = self._caller_run()
         if state is not None:
             return state
-        if self._run_id is not None:
+        latest = self._latest
+        if latest is not None and not latest.ended:
+            return latest
+        active = list(self._runs.values())  # one C-level copy: other threads may add runs
+        if active:
+            return active[-1]
+        if after_end and latest is not None:
+            return latest
+        if self._run_id is not None and self._thread_id is not None:
             if self._outside is None:
                 self._outside = state = RunState()
                 state.bind(
@@ -279,6 +286,8 @@ class RunJournal(GraphCallbackHandler):
             state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
                 self._runs[getattr(run_id, "int", run_id)] = state
+                if state.new_humans.old_ids is None:  # the run's first nested chain: its state
+                    state.new_humans.saw_state(inputs)
             return
         WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
 
@@ -355,28 +364,19 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause).
 
-        A nested chain's outputs may answer tool calls no tool callback saw, or bring the
-        run's new human message: both are looked for only while the run waits for them.
+        A nested chain's outputs may answer tool calls no tool callback saw: they are looked
+        for while the run has calls without an outcome.
         """
         if parent_run_id is None:
             self._end_run(run_id, outputs, None)
             return
         state = self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
-        if state is not None and (state.outcomes or not state.human_written):
-            self._note_outputs(state, outputs)
-
-    def _note_outputs(self, state: RunState, outputs: Any) -> None:
-        """Write tool results a chain's outputs carry for calls no tool callback answered,
-        and note the human messages it brings."""
-        messages = mapping.messages_in(outputs)
-        if not messages:
-            return
-        with self._lock:
-            if not state.human_written:
-                state.new_humans.add(messages)
-            written = self._reconcile(state, messages)
-        if written:
-            self._writer.changed(state)
+        if state is not None and state.outcomes.pending:
+            messages = mapping.messages_in(outputs)
+            with self._lock:
+                written = self._reconcile(state, messages)
+            if written:
+                self._writer.changed(state)
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no
@@ -411,7 +411,7 @@ class RunJournal(GraphCallbackHandler):
             state = self._runs.pop(_key(root), None)
             if state is None or state.ended:
                 return
-            if state.outcomes and outputs is not None:
+            if state.outcomes.pending and outputs is not None:
                 self._reconcile(state, mapping.messages_in(outputs))
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
             # Copied now: with workspace roots it is written after the caller has its outputs.
@@ -443,6 +443,11 @@ class RunJournal(GraphCallbackHandler):
         """Write a run's closing events and summary: held tool errors, workspace, unresolved
         calls, terminal."""
         with self._lock:
+            asked = state.new_humans.last_input
+            if state.status == "interrupted" and not state.human_written and asked is not None:
+                # Paused before any model saw the question (``interrupt_before``): the run
+                # that resumes finds it in its state, so this one records it.
+                self._write_human(state, asked)
             for event in state.outcomes.settle():
                 self._emit(state, event)
             if workspace_event is not None:
@@ -480,8 +485,9 @@ class RunJournal(GraphCallbackHandler):
         self, documents: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
         """Forget a finished retriever (end the run of one called directly)."""
-        if parent_run_id is None:
-            self._end_run(run_id, documents, None)
+        state = self._runs.get(_key(run_id))
+        if parent_run_id is None and state is not None:
+            self._leaf_ended(state, run_id, documents, None)
         else:
             self._runs.pop(_key(run_id), None)
 
@@ -494,8 +500,9 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Forget a failed retriever (end the run of one called directly)."""
-        if parent_run_id is None:
-            self._end_run(run_id, None, error)
+        state = self._runs.get(_key(run_id))
+        if parent_run_id is None and state is not None:
+            self._leaf_ended(state, run_id, None, error)
         else:
             self._runs.pop(_key(run_id), None)
 
@@ -528,13 +535,29 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Start a run at a model, tool or retriever called directly (no chain around it).
 
-        Its workspace snapshot is waited for only under a sync dispatcher: an async one
-        would block its event loop meanwhile.
+        One called with its own callbacks from inside a run of ours (a graph node passing
+        ``{"callbacks": [journal]}``) is part of that run instead. Its workspace snapshot is
+        waited for only under a sync dispatcher: an async one would block its event loop.
         """
+        with self._lock:
+            active = self._caller_run()
+            if active is not None and not active.ended:
+                self._runs[getattr(run_id, "int", run_id)] = active
+                return
         name = mapping.chain_name(serialized, kwargs.get("name"))
         snapshot = self._start_run(run_id, name, tags, metadata, inputs)
         if snapshot is not None and dispatched_synchronously():
             WorkspaceTracker.wait(snapshot)
+
+    def _leaf_ended(
+        self, state: RunState, run_id: UUID, outputs: Any, error: BaseException | None
+    ) -> None:
+        """End the run of a model, tool or retriever called directly, or forget the call if
+        it was part of a run it was called from."""
+        if state.root == run_id:
+            self._end_run(run_id, outputs, error)
+        else:
+            self._runs.pop(getattr(run_id, "int", run_id), None)
 
     def _own_run(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
         """The run a model, tool or retriever call belongs to: its parent's, or its own."""
@@ -577,11 +600,15 @@ class RunJournal(GraphCallbackHandler):
             human = mapping.latest_visible_human(messages)
             if human is None or not state.new_humans.is_new(human):
                 return
-            state.human_written = True
-            if state.first_human_message is None:
-                state.first_human_message = mapping.message_text(human)
-            self._emit(state, mapping.human_input_event(human), detached=True)  # a message
+            self._write_human(state, human)
         self._writer.changed(state)
+
+    def _write_human(self, state: RunState, human: HumanMessage) -> None:
+        """Write the run's one ``llm.human.input`` (call with the lock held)."""
+        state.human_written = True
+        if state.first_human_message is None:
+            state.first_human_message = mapping.message_text(human)
+        self._emit(state, mapping.human_input_event(human), detached=True)  # a message
 
     def on_llm_start(
         self,
@@ -645,7 +672,7 @@ class RunJournal(GraphCallbackHandler):
                 counts = [] if used is None else [token_counts(used.usage_metadata)]
                 state.usage.add_call(key, caller, model, counts)
         if parent_run_id is None:
-            self._end_run(run_id, messages[0] if len(messages) == 1 else messages, None)
+            self._leaf_ended(state, run_id, messages[0] if len(messages) == 1 else messages, None)
         else:
             self._writer.changed(state)
 
@@ -666,7 +693,7 @@ class RunJournal(GraphCallbackHandler):
             state.llm_starts.pop(_key(run_id), None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
         if parent_run_id is None:
-            self._end_run(run_id, None, error)
+            self._leaf_ended(state, run_id, None, error)
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -716,7 +743,7 @@ class RunJournal(GraphCallbackHandler):
                 self._emit(state, mapping.tool_result_event(message, caller), detached=True)
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
         if parent_run_id is None:
-            self._end_run(run_id, output, None)
+            self._leaf_ended(state, run_id, output, None)
         elif messages:
             self._writer.changed(state)
 
@@ -742,7 +769,7 @@ class RunJournal(GraphCallbackHandler):
                 return
             self._tool_failed(state, key, error, caller, kwargs)
         if parent_run_id is None:
-            self._end_run(run_id, None, error)
+            self._leaf_ended(state, run_id, None, error)
 
     def _tool_run(self, key: Hashable, parent_run_id: UUID | None) -> RunState | None:
         """The run of an ending tool; a nested tool is forgotten, a root one is left for
@@ -851,11 +878,7 @@ class RunJournal(GraphCallbackHandler):
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         with self._lock:
-            state = self._recorder_state()
-            state.first_human_message = text
-            if state.ended:
-                self._queue_summary(state)
-        self._recorded(state)
+            self._recorder_state(after_end=False).first_human_message = text
 
     def record_external_llm_usage_records(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Add token usage of model calls made elsewhere; return how many records counted.
@@ -906,21 +929,42 @@ class RunJournal(GraphCallbackHandler):
         (they stay buffered).
 
         Tool errors held back in case a retry succeeds are written too: a retry after the
-        flush adds its outcome beside the error.
+        flush adds its outcome beside the error. A journal with a fixed ``run_id`` but no
+        ``thread_id`` that has not seen a run writes what it recorded under the thread named
+        like the run.
         """
+        self._settle()
+        await self._writer.flush()
+
+    def _settle(self) -> None:
+        """Give every recorded event a run it can be written under, now."""
         with self._lock:
             for state in {id(state): state for state in self._runs.values()}.values():
                 for event in state.outcomes.settle():
                     self._emit(state, event)
-        await self._writer.flush()
+            waiting = self._next
+            if self._run_id is None or waiting is None or not waiting.early:
+                return
+            early = waiting.bind(
+                None,
+                self._run_id,
+                self._thread_id or self._run_id,
+                sync=running_loop() is None,
+                user_id=current_user_id(),
+            )
+            self._next, self._outside = None, waiting
+            for event in early:
+                self._emit(waiting, event, detached=True)
 
     async def aclose(self) -> None:
         """Flush, wait for progress snapshots, and close the store if the journal opened it."""
+        self._settle()
         self._warn_waiting()
         await self._writer.aclose()
 
     def close(self) -> None:
         """Blocking ``aclose()`` for code without an event loop."""
+        self._settle()
         self._warn_waiting()
         self._writer.close()
 

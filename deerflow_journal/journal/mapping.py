@@ -396,11 +396,13 @@ def _message_list(value: Any) -> list[BaseMessage]:
 
 
 def messages_in(outputs: Any) -> list[BaseMessage]:
-    """The messages a chain's outputs carry at the top level.
+    """The messages a chain's inputs or outputs carry at the top level.
 
     A message, a list of them, a ``Command`` update, or a state dict whose values are those
     (what LangGraph nodes return). Nothing deeper is searched: this runs at every chain end.
     """
+    if isinstance(outputs, BaseModel) and not isinstance(outputs, BaseMessage):
+        outputs = dict(outputs)  # a pydantic graph state
     if isinstance(outputs, Mapping):
         found: list[BaseMessage] = []
         for value in outputs.values():
@@ -418,6 +420,8 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
     """
     if isinstance(inputs, Command):
         inputs = {"messages": _update_messages(inputs.update)}
+    elif isinstance(inputs, BaseModel) and not isinstance(inputs, BaseMessage):
+        inputs = dict(inputs)  # a pydantic graph state
     if isinstance(inputs, Mapping):
         objects = [m for k, v in inputs.items() if k != "messages" for m in _message_list(v)]
         inputs = inputs.get("messages")

@@ -17,10 +17,11 @@ class ToolCallOutcomes:
     model call, or the run's end): a retry that succeeds replaces it with its result.
     """
 
-    __slots__ = ("_failed", "_pending")
+    __slots__ = ("_failed", "pending")
 
     def __init__(self) -> None:
-        self._pending: dict[str, tuple[str | None, RunStatus | None]] = {}
+        #: Requested calls without an outcome: id -> (tool name, the control flow that stopped it).
+        self.pending: dict[str, tuple[str | None, RunStatus | None]] = {}
         self._failed: dict[str, tuple[str, Mapping[str, Any]]] = {}
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
@@ -28,35 +29,31 @@ class ToolCallOutcomes:
         for call in tool_calls:
             call_id = call.get("id")
             if isinstance(call_id, str) and call_id:
-                self._pending[call_id] = (call.get("name"), None)
+                self.pending[call_id] = (call.get("name"), None)
 
     def resolve(self, tool_call_id: str | None) -> bool:
         """Mark a call as ended (dropping an error a retry made good); False if not pending."""
         if tool_call_id is None:
             return False
         self._failed.pop(tool_call_id, None)
-        return self._pending.pop(tool_call_id, False) is not False
-
-    def __bool__(self) -> bool:
-        """True while some requested call has no outcome yet."""
-        return bool(self._pending)
+        return self.pending.pop(tool_call_id, False) is not False
 
     def answered_without_callback(self, tool_call_id: str | None) -> bool:
         """End a call that a message answers though no tool callback saw it (LangGraph's
         ``ToolNode`` answers an unknown tool name itself); False if that is not the case."""
-        if tool_call_id not in self._pending or tool_call_id in self._failed:
+        if tool_call_id not in self.pending or tool_call_id in self._failed:
             return False
-        if self._pending[tool_call_id][1] is not None:  # stopped by control flow
+        if self.pending[tool_call_id][1] is not None:  # stopped by control flow
             return False
-        del self._pending[tool_call_id]
+        del self.pending[tool_call_id]
         return True
 
     def stopped(self, tool_call_id: str | None, status: RunStatus) -> None:
         """Note that a call was stopped by control flow (``status``: what the stop stands for);
         its last attempt decides, so an error an earlier attempt left is dropped."""
-        if tool_call_id in self._pending:
+        if tool_call_id in self.pending:
             self._failed.pop(tool_call_id, None)
-            self._pending[tool_call_id] = (self._pending[tool_call_id][0], status)
+            self.pending[tool_call_id] = (self.pending[tool_call_id][0], status)
 
     def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:
         """Hold the ``tool.error`` of a call made by ``caller`` (a later attempt replaces it)."""
@@ -76,6 +73,6 @@ class ToolCallOutcomes:
     def unresolved(self, status: RunStatus) -> list[tuple[str, str | None, RunStatus]]:
         """Return and forget the pending calls as ``(tool_call_id, name, stopped by)`` in
         request order: a call's own stop, else the run's terminal ``status``."""
-        pending = [(id_, name, own or status) for id_, (name, own) in self._pending.items()]
-        self._pending.clear()
+        pending = [(id_, name, own or status) for id_, (name, own) in self.pending.items()]
+        self.pending.clear()
         return pending

@@ -15,7 +15,9 @@ from langgraph.callbacks import GraphInterruptEvent
 from deerflow_journal.journal.mapping import (
     LAST_AI_MESSAGE_MAX_CHARS,
     input_messages,
+    latest_visible_human,
     message_text,
+    messages_in,
 )
 from deerflow_journal.journal.outcomes import ToolCallOutcomes
 from deerflow_journal.journal.usage import TokenUsage
@@ -34,43 +36,45 @@ class ToolStart:
 
 
 class NewHumans:
-    """The human messages that are new in a run, so its ``llm.human.input`` never repeats one
+    """Which human messages are new in a run, so its ``llm.human.input`` never repeats one
     that a resumed run finds in its checkpointed state.
 
-    New are the messages of the run's inputs and of its chains' outputs (LangGraph assigns
-    their ids when it stores them, in place), and any message without an id (built for the
-    prompt). Inputs given as text are matched by their text, since LangGraph builds their
-    messages itself.
+    Old are the human messages of the state the run's first nested chain (a graph's first
+    node) starts from, except those its inputs brought (matched by text: LangGraph builds
+    messages given as text itself). Anything else is new: a message a node added, one built
+    for the prompt, every message of a run with no nested chain.
     """
 
-    __slots__ = ("_ids", "_objects", "_texts")
+    __slots__ = ("_input_texts", "last_input", "old_ids")
 
     def __init__(self) -> None:
-        self._objects: list[BaseMessage] = []
-        self._ids: set[str] = set()
-        self._texts: list[str] = []
+        self._input_texts: set[str] = set()
+        #: Ids of the human messages of the state the run started from (``None``: not seen).
+        self.old_ids: set[str] | None = None
+        #: The last visible human message the run's inputs brought, if any.
+        self.last_input: HumanMessage | None = None
 
     def add_inputs(self, inputs: Any) -> None:
         """Note what a root invocation's inputs bring."""
         objects, texts = input_messages(inputs)
-        self.add(objects)
-        self._texts.extend(texts)
+        humans = [m for m in objects if isinstance(m, HumanMessage)]
+        humans += [HumanMessage(text) for text in texts]
+        self._input_texts.update(message_text(m) for m in humans)
+        self.last_input = latest_visible_human([humans])
 
-    def add(self, messages: list[BaseMessage]) -> None:
-        """Note the human messages among ``messages`` (a chain's outputs)."""
-        for message in messages:
-            if isinstance(message, HumanMessage):
-                self._objects.append(message)
-                if message.id is not None:
-                    self._ids.add(message.id)
+    def saw_state(self, inputs: Any) -> None:
+        """Note the state the run's first nested chain starts from."""
+        self.old_ids = {
+            m.id
+            for m in messages_in(inputs)
+            if isinstance(m, HumanMessage)
+            and m.id is not None
+            and message_text(m) not in self._input_texts
+        }
 
     def is_new(self, message: BaseMessage) -> bool:
-        """True if ``message`` was brought by this run, not found in state it resumed from."""
-        if message.id is None or message.id in self._ids:
-            return True
-        if any(message is known for known in self._objects):
-            return True
-        return message_text(message) in self._texts
+        """True if ``message`` was not in the state the run resumed from."""
+        return self.old_ids is None or message.id is None or message.id not in self.old_ids
 
 
 @dataclass(slots=True)

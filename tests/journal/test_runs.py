@@ -22,6 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
+from pydantic import BaseModel
 
 from deerflow_journal import (
     RunEvent,
@@ -225,6 +226,75 @@ async def test_a_resume_after_interrupt_before_writes_no_human_input(store):
     ]
 
 
+async def test_a_resume_through_a_pass_through_node_writes_no_human_input(store):
+    builder = StateGraph(MessagesState)
+    builder.add_node("relay", lambda state: state)  # returns the whole, old state
+    builder.add_node(
+        "agent", model_node(scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3")))
+    )
+    builder.add_node("tools", ToolNode([add]))
+    builder.add_edge(START, "relay")
+    builder.add_edge("relay", "agent")
+    builder.add_edge("tools", "relay")
+    builder.add_conditional_edges(
+        "agent", lambda s: "tools" if s["messages"][-1].tool_calls else END
+    )
+    graph = builder.compile(checkpointer=InMemorySaver(), interrupt_before=["tools"])
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "relay"}}
+    await graph.ainvoke(QUESTION, config)
+    await graph.ainvoke(None, config)
+    await journal.flush()
+    assert humans(await store.list_messages("relay", limit=100)) == ["What is 1 + 2?"]
+
+
+async def test_a_question_paused_before_any_model_call_is_written_once(store):
+    graph = agent_graph(scripted(ai("3")), checkpointer=InMemorySaver())
+    graph.interrupt_before_nodes = ["agent"]
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "early"}}
+    await graph.ainvoke(QUESTION, config)
+    await graph.ainvoke(None, config)
+    await journal.flush()
+    assert humans(await store.list_messages("early", limit=100)) == ["What is 1 + 2?"]
+
+
+def test_a_pydantic_state_input_brings_its_human_message():
+    class Chat(BaseModel):
+        messages: Annotated[list[AnyMessage], add_messages]
+
+    builder = StateGraph(Chat)
+    builder.add_node(
+        "agent", lambda state: {"messages": [scripted(ai("hi")).invoke(state.messages)]}
+    )
+    builder.add_edge(START, "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    journal = RunJournal(event_store="memory://")
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "p"}}
+    for _ in range(2):
+        graph.invoke(Chat(messages=[HumanMessage("hello")]), config)
+        assert humans(asyncio.run(run_events(journal))) == ["hello"]
+
+
+async def test_a_model_given_the_journal_inside_a_node_is_part_of_the_run(store):
+    journal = RunJournal(event_store=store)
+    helper = scripted(ai("short", tokens=(100, 100)))
+
+    async def summarise(state: MessagesState) -> dict[str, Any]:
+        await helper.ainvoke([HumanMessage("summarise")], {"callbacks": [journal]})
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("summarise", summarise)
+    builder.add_edge(START, "summarise")
+    await builder.compile().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert summary.total_tokens == 200
+    assert len(await store.list_run_summaries(journal.thread_id)) == 1
+
+
 def approval_graph() -> Any:
     """Asks a human, adds the answer as a new human message, then lets the model reply."""
 
@@ -247,7 +317,8 @@ async def test_a_resumed_node_adding_a_human_message_writes_that_one(store):
     await graph.ainvoke(Command(resume="Add a day in Rome"), config)
     await journal.flush()
     events = [e for e in await store.list_messages("add", limit=100)]
-    assert humans(events) == ["Add a day in Rome"]
+    # The question, recorded by the run that paused before any model saw it, then the answer.
+    assert humans(events) == ["Plan my trip", "Add a day in Rome"]
 
 
 async def test_a_node_building_the_human_message_from_other_input_writes_it(store):
@@ -505,3 +576,19 @@ def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert f"4 events of runs {journal.run_id}" in record.getMessage()
     assert "await journal.flush()" in record.getMessage()
+
+
+async def test_a_fixed_run_id_without_thread_keeps_recordings_for_its_run_or_flush(store):
+    journal = RunJournal(run_id="job-1", event_store=store)
+    journal.record_middleware("uploads", name="u", hook="before", action="add", changes={})
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "T-42"}}
+    await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, config)
+    await journal.flush()
+    assert types(await store.list_events("T-42", "job-1"))[:2] == [
+        "run.start",
+        "middleware:uploads",
+    ]
+    idle = RunJournal(run_id="job-2", event_store=store)
+    idle.record_middleware("uploads", name="u", hook="before", action="add", changes={})
+    await idle.flush()  # no run will come: written under the thread named like the run
+    assert types(await store.list_events("job-2", "job-2")) == ["middleware:uploads"]
