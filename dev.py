@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Project entry point: ``python3 dev.py demo`` runs the journaled example, ``test`` every check.
 
-Both commands create ``.venv`` on first use and reinstall into it whenever ``pyproject.toml``
-changes, so a fresh clone needs nothing but Python 3.11+ and the package registries.
+Both commands create ``.venv`` on first use and install what they need into it: ``demo`` the
+package alone, ``test`` its ``postgres`` and ``test`` extras too. They reinstall whenever
+``pyproject.toml`` changes, so a fresh clone needs nothing but Python 3.11+ and the registries.
 """
 
 from __future__ import annotations
@@ -16,15 +17,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-EXTRAS = "postgres,test"
+#: The extras each command needs installed.
+EXTRAS = {"demo": (), "test": ("postgres", "test")}
 
 
 def _venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def ensure_env() -> Path:
-    """Create the virtual environment and install the project into it when needed."""
+def ensure_env(command: str) -> Path:
+    """Create the virtual environment and install what ``command`` needs into it if missing."""
     if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be run by an older python3
         sys.exit(f"deerflow-journal needs Python 3.11 or newer; this is {sys.version.split()[0]}")
     python = _venv_python()
@@ -32,9 +34,10 @@ def ensure_env() -> Path:
         print("creating .venv ...", flush=True)
         venv.create(VENV, with_pip=True)
     stamp = VENV / ".deerflow-journal-installed"
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + EXTRAS.encode()).hexdigest()
-    if not stamp.exists() or stamp.read_text() != wanted:
-        print(f"installing deerflow-journal[{EXTRAS}] into .venv ...", flush=True)
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    spec = install_spec(command, digest, stamp.read_text() if stamp.exists() else "")
+    if spec is not None:
+        print(f"installing deerflow-journal{spec[1:]} into .venv ...", flush=True)
         subprocess.run(
             [
                 str(python),
@@ -44,21 +47,33 @@ def ensure_env() -> Path:
                 "--quiet",
                 "--disable-pip-version-check",
                 "-e",
-                f".[{EXTRAS}]",
+                spec,
             ],
             cwd=ROOT,
             check=True,
         )
-        stamp.write_text(wanted)
+        stamp.write_text(" ".join([digest, *EXTRAS[command]]))
     return python
+
+
+def install_spec(command: str, digest: str, stamp: str) -> str | None:
+    """What ``pip install -e`` needs for ``command``, or ``None`` if ``stamp`` shows it is in.
+
+    The stamp holds the digest of the ``pyproject.toml`` last installed, then its extras.
+    """
+    installed = stamp.split()
+    extras = EXTRAS[command]
+    if installed[:1] == [digest] and set(extras) <= set(installed[1:]):
+        return None
+    return f".[{','.join(extras)}]" if extras else "."
 
 
 def main(argv: list[str]) -> int:
     """Run the command named by ``argv[0]`` (``demo`` or ``test``) inside ``.venv``."""
-    if not argv or argv[0] not in {"demo", "test"}:
+    if not argv or argv[0] not in EXTRAS:
         print("usage: python3 dev.py demo | test [pytest arguments]", file=sys.stderr)
         return 2
-    python = str(ensure_env())
+    python = str(ensure_env(argv[0]))
     if argv[0] == "demo":
         return subprocess.run([python, "examples/quickstart.py", *argv[1:]], cwd=ROOT).returncode
     for check in (["ruff", "check", "."], ["ruff", "format", "--check", "."]):

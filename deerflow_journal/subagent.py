@@ -98,11 +98,10 @@ def _step_tool_call(call: Any, max_chars: int) -> dict[str, Any] | None:
     args = call.get("args", {})
     args_json = encode_json(args)
     cut, args_truncated = truncate_step_text(args_json, max_chars)
-    return {
-        "name": name if isinstance(name, str) else None,
-        "args": cut if args_truncated else args,
-        "args_truncated": args_truncated,
-    }
+    built: dict[str, Any] = {"name": name if isinstance(name, str) else None, "args": args}
+    if args_truncated:  # the flag appears only on cut args
+        built.update(args=cut, args_truncated=True)
+    return built
 
 
 def build_subagent_step(
@@ -115,8 +114,9 @@ def build_subagent_step(
     """Build ``subagent.step`` content from one step message (a dict or a message object).
 
     Tool messages become kind ``"tool"`` with ``tool_name``; anything else kind ``"ai"`` with
-    ``tool_calls`` as ``{name, args, args_truncated}``. ``text`` is cut to ``max_chars`` and
-    ``truncated`` says so; tool-call args whose JSON is longer become that JSON, cut.
+    ``tool_calls`` as ``{name, args}``. ``text`` is cut to ``max_chars`` and ``truncated``
+    says so; tool-call args whose JSON is longer become that JSON, cut, with
+    ``args_truncated: true`` (absent otherwise).
     """
     data = _message_dict(message) or {}
     text, truncated = truncate_step_text(_content_text(data.get("content")), max_chars)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +65,23 @@ def test_every_public_name_is_importable_and_documented():
 
 def test_all_has_no_duplicates():
     assert len(set(deerflow_journal.__all__)) == len(deerflow_journal.__all__)
+
+
+def load_dev() -> Any:
+    """``dev.py``, the entry point at the top of the checkout, as a module."""
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "dev.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dev_installs_the_test_extras_for_test_only_and_reinstalls_on_a_pyproject_change():
+    install_spec = load_dev().install_spec
+    assert install_spec("demo", "d1", "") == "."  # the package alone runs the demo
+    assert install_spec("demo", "d1", "d1") is None
+    assert install_spec("test", "d1", "d1") == ".[postgres,test]"  # after a demo
+    assert install_spec("test", "d1", "d1 postgres test") is None
+    assert install_spec("demo", "d1", "d1 postgres test") is None  # the extras do no harm
+    assert install_spec("demo", "d2", "d1 postgres test") == "."
+    assert install_spec("test", "d2", "d1 postgres test") == ".[postgres,test]"

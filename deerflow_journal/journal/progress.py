@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import logging
@@ -16,6 +17,15 @@ __all__ = ["ProgressReporter", "ProgressThrottle"]
 logger = logging.getLogger(__name__)
 
 ProgressReporter = Callable[[dict[str, Any]], Awaitable[Any]]
+
+#: Seconds the program's exit waits for the snapshots it cancels to finish.
+_EXIT_WAIT = 2.0
+
+# Every snapshot being delivered, whoever still holds its throttle. A loop keeps only weak
+# references to its tasks: a reporter that never returns would otherwise be destroyed pending
+# (and logged as such) once its journal is dropped.
+_delivering: set[asyncio.Task[Any]] = set()
+_delivering_lock = threading.Lock()
 
 
 class ProgressThrottle:
@@ -101,12 +111,46 @@ class ProgressThrottle:
             self._sends.discard(future)
 
     async def _report(self, snapshot: dict[str, Any]) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # run_coroutine_threadsafe runs it as a task
+        with _delivering_lock:
+            _delivering.add(task)
         try:
             await self._reporter(snapshot)
         except Exception:
             logger.exception("progress_reporter failed")
+        finally:
+            with _delivering_lock:
+                _delivering.discard(task)
 
     def pending(self) -> list[concurrent.futures.Future[Any]]:
         """Return the snapshots still being delivered."""
         with self._lock:
             return list(self._sends)
+
+
+@atexit.register
+def _cancel_at_exit() -> None:
+    """Cancel the snapshots still being delivered when the program ends, and wait for them.
+
+    On a loop that runs on (the journal's background loop, in a daemon thread) they would be
+    destroyed pending when the interpreter shuts down. Exit handlers run last-registered
+    first: the journal's own (``writer.py``) has waited for its snapshots by then.
+    """
+    with _delivering_lock:
+        tasks = list(_delivering)
+    loops: dict[asyncio.AbstractEventLoop, list[asyncio.Task[Any]]] = {}
+    for task in tasks:
+        loops.setdefault(task.get_loop(), []).append(task)
+    for loop, group in loops.items():
+        if not loop.is_running():  # stopped or closed: it can run nothing any more
+            continue
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(_cancel(group), loop).result(_EXIT_WAIT)
+
+
+async def _cancel(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` (of the running loop) and wait until each has ended."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
