@@ -124,6 +124,7 @@ class EventBuffer:
     ) -> None:
         self.store = store
         self.threshold = threshold
+        self._journal_batches = _takes_journal_batches(store)  # the store never changes
         self.wait_timeout = wait_timeout
         # Per caller loop, an async generator the loop finalises when it shuts down.
         self._guards: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
@@ -301,7 +302,7 @@ class EventBuffer:
         """
         batch = [_timestamped(event) for event in events]
         built = [build() for _, build in summaries]
-        if _takes_journal_batches(self.store):
+        if self._journal_batches:
             await self.store._put_journal_batch(batch, built, MessageDumps())
             return
         if batch:

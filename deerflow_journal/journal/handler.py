@@ -485,11 +485,7 @@ class RunJournal(GraphCallbackHandler):
         self, documents: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
         """Forget a finished retriever (end the run of one called directly)."""
-        state = self._runs.get(_key(run_id))
-        if parent_run_id is None and state is not None:
-            self._leaf_ended(state, run_id, documents, None)
-        else:
-            self._runs.pop(_key(run_id), None)
+        self._retriever_ended(run_id, parent_run_id, documents, None)
 
     def on_retriever_error(
         self,
@@ -500,9 +496,18 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Forget a failed retriever (end the run of one called directly)."""
+        self._retriever_ended(run_id, parent_run_id, None, error)
+
+    def _retriever_ended(
+        self,
+        run_id: UUID,
+        parent_run_id: UUID | None,
+        documents: Any,
+        error: BaseException | None,
+    ) -> None:
         state = self._runs.get(_key(run_id))
         if parent_run_id is None and state is not None:
-            self._leaf_ended(state, run_id, None, error)
+            self._leaf_ended(state, run_id, documents, error)
         else:
             self._runs.pop(_key(run_id), None)
 

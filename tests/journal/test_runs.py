@@ -34,6 +34,7 @@ from deerflow_journal import (
 )
 from tests.backends import Backend
 from tests.journal.agents import (
+    ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
     FailingChatModel,
     add,
@@ -462,14 +463,7 @@ async def test_asyncio_run_returning_without_flush_loses_nothing(tmp_path):
     async with SqliteRunEventStore(path) as store:
         events = await store.list_events("t", run_id)
         summary = await store.get_run_summary("t", run_id)
-    assert types(events) == [
-        "run.start",
-        "llm.human.input",
-        "llm.ai.response",
-        "llm.tool.result",
-        "llm.ai.response",
-        "run.end",
-    ]
+    assert types(events) == ONE_TOOL_CALL_SEQUENCE
     assert summary is not None and summary.status == "success"
 
 
