@@ -47,6 +47,7 @@ from deerflow_journal.contract import load_contract, validate_event
 from deerflow_journal.journal import RunJournal
 from deerflow_journal.records import (
     AUTO,
+    EventRefused,
     RunEvent,
     current_user_id,
     normalise_batch,
@@ -127,6 +128,7 @@ __all__ = [
     "WORKSPACE_DIFF_UNAVAILABLE_REASONS",
     "WORKSPACE_RUN_EVENT_DEFINITIONS",
     "WORKSPACE_SKIPPED_DIRS",
+    "EventRefused",
     "JournalStore",
     "JsonlRunEventStore",
     "MemoryRunEventStore",

@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_MAX_TRACE_CONTENT",
     "ID_MAX_LENGTH",
     "Auto",
+    "EventRefused",
     "PendingEvent",
     "RunEvent",
     "check_max_trace_content",
@@ -64,6 +65,10 @@ _INT64 = (-(2**63), 2**63 - 1)
 _NOT_BATCHES = (str, bytes, Mapping)  # sequences (or not) that are no list of events
 # A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
 _ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+class EventRefused(ValueError):
+    """An event a store cannot hold as given: retrying the write cannot help."""
 
 
 class RunEvent(TypedDict):
