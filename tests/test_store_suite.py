@@ -963,6 +963,27 @@ async def test_setup_is_idempotent_and_close_can_repeat(backend: Backend):
     await store.close()
 
 
+async def test_a_store_closed_by_its_user_says_so_until_set_up_again(backend: Backend):
+    # Reopening by itself would leave a connection nobody closes (aiosqlite's thread then
+    # raises "Event loop is closed" when it is collected after the loop).
+    store = backend.make()
+    await store.put(**ev())
+    await store.close()
+    for use in (
+        store.put(**ev()),
+        store.put_batch([ev()]),
+        store.list_messages(T),
+        store.count_messages(T),
+        store.get_run_summary(T, "r1"),
+    ):
+        with pytest.raises(
+            RuntimeError, match=r"is closed: reopen it with `await store.setup\(\)`"
+        ):
+            await use
+    async with store:
+        assert await store.count_messages(T) == 1
+
+
 async def test_a_reopened_store_sees_earlier_events_and_continues_seq(
     persistent_backend: Backend,
 ):

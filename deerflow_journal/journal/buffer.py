@@ -284,7 +284,7 @@ class EventBuffer:
             raise error
         try:
             if close_after:
-                await self.store.close()
+                await self.store._release()  # the journal's own store: reopens on use
         finally:  # written: a blocked invoke may return, once the store it opened is closed
             with self._lock:
                 self._written_ticket = max(self._written_ticket, taken)

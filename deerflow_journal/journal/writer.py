@@ -191,7 +191,7 @@ class JournalWriter:
         for future in self._still_running():
             await asyncio.wrap_future(future)
         if self.owns_store:
-            closing = asyncio.run_coroutine_threadsafe(self.store.close(), background_loop())
+            closing = asyncio.run_coroutine_threadsafe(self.store._release(), background_loop())
             await asyncio.wrap_future(closing)
 
     def close(self) -> None:
@@ -204,7 +204,7 @@ class JournalWriter:
         if running_loop() is None:
             concurrent.futures.wait(self._still_running(), self.wait_timeout)
         if self.owns_store:
-            closing = asyncio.run_coroutine_threadsafe(self.store.close(), background_loop())
+            closing = asyncio.run_coroutine_threadsafe(self.store._release(), background_loop())
             if not concurrent.futures.wait([closing], self.wait_timeout).done:
                 logger.error("journal gave up after %.1f s closing its store", self.wait_timeout)
                 return

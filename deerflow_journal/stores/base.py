@@ -129,12 +129,15 @@ class RunEventStore(ABC):
     """Append-only event store with thread-global sequence numbers.
 
     Use it as an async context manager (``setup()`` on enter, ``close()`` on exit) or call
-    ``await store.setup()`` yourself; a method called first sets the store up by itself.
+    ``await store.setup()`` yourself; a method called first sets the store up by itself. After
+    ``close()`` only ``setup()`` reopens it: a closed store used by mistake raises, rather than
+    silently opening what nobody will close.
     """
 
     def __init__(self, *, max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT) -> None:
         self.max_trace_content = check_max_trace_content(max_trace_content)
         self._is_setup = False
+        self._closed = False
         self._setup_lock: asyncio.Lock | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -155,9 +158,16 @@ class RunEventStore(ABC):
                         await self._close()
                     raise
                 self._is_setup = True
+                self._closed = False
 
     async def close(self) -> None:
         """Release what the store opened itself (never a connection or pool it was given)."""
+        await self._release()
+        self._closed = True
+
+    async def _release(self) -> None:
+        """Close, leaving the store to reopen on its next use: a journal's own store, between
+        runs, so that no connection outlives the loop that opened it."""
         await self._close()
         self._is_setup = False
         self._setup_lock = None  # bound to this event loop; the store may reopen in another
@@ -176,6 +186,11 @@ class RunEventStore(ABC):
 
     async def _ready(self) -> None:
         if not self._is_setup:
+            if self._closed:
+                raise RuntimeError(
+                    f"this {type(self).__name__} is closed: reopen it with "
+                    "`await store.setup()` or `async with store:`"
+                )
             await self.setup()
 
     # -- writes ------------------------------------------------------------------------------
