@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -111,6 +112,40 @@ class _Write:
         return True
 
 
+# Per caller loop: the buffers that wrote on it, and the async generator that writes what
+# they hold before the loop closes (the generator is kept here: loops hold theirs weakly).
+_LOOP_GUARDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[EventBuffer]] = (
+    weakref.WeakKeyDictionary()
+)
+_GUARD_GENERATORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _guard(loop: asyncio.AbstractEventLoop) -> weakref.WeakSet[EventBuffer]:
+    """Start the guard of ``loop`` (running in this thread); the set of buffers it writes.
+
+    ``asyncio.run`` cancels every task when its coroutine returns, our writes included, and
+    then finalises the async generators the loop has seen: a started generator is finalised
+    there, on the still running loop, and writes what its buffers hold. One per loop, not
+    one per journal: a journal per request is common.
+    """
+    buffers: weakref.WeakSet[EventBuffer] = weakref.WeakSet()
+    guard = _at_loop_shutdown(buffers)
+    with contextlib.suppress(StopIteration):
+        guard.asend(None).send(None)  # runs to its ``yield``: the loop now tracks it
+    _LOOP_GUARDS[loop] = buffers
+    _GUARD_GENERATORS[loop] = guard
+    return buffers
+
+
+async def _at_loop_shutdown(buffers: weakref.WeakSet[EventBuffer]) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await asyncio.gather(*(buffer._write_before_loop_closes() for buffer in list(buffers)))
+
+
 class EventBuffer:
     """Events and run summaries waiting for the store.
 
@@ -126,10 +161,6 @@ class EventBuffer:
         self.threshold = threshold
         self._journal_batches = _takes_journal_batches(store)  # the store never changes
         self.wait_timeout = wait_timeout
-        # Per caller loop, an async generator the loop finalises when it shuts down.
-        self._guards: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
-            weakref.WeakKeyDictionary()
-        )
         self._lock = threading.Lock()
         self._events: list[dict[str, Any]] = []
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
@@ -206,25 +237,13 @@ class EventBuffer:
     # -- the end of a caller's loop --------------------------------------------------------
 
     def _guard_locked(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Make sure ``loop`` (running in this thread) writes what is pending before it closes.
-
-        ``asyncio.run`` cancels every task when its coroutine returns, our writes included,
-        and then finalises the async generators the loop has seen: a started generator of
-        ours is finalised there, on the still running loop, and writes what is pending.
-        """
-        if loop in self._guards or on_background_loop():
-            return
-        guard = self._at_loop_shutdown()
-        try:
-            guard.asend(None).send(None)  # runs to its ``yield``: the loop now tracks it
-        except StopIteration:
-            self._guards[loop] = guard
-
-    async def _at_loop_shutdown(self) -> AsyncGenerator[None, None]:
-        try:
-            yield
-        finally:
-            await self._write_before_loop_closes()
+        """Make sure ``loop`` (running in this thread) writes what is pending before it closes."""
+        buffers = _LOOP_GUARDS.get(loop)
+        if buffers is None:
+            if on_background_loop():
+                return
+            buffers = _guard(loop)
+        buffers.add(self)
 
     async def _write_before_loop_closes(self) -> None:
         loop = asyncio.get_running_loop()

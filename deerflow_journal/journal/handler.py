@@ -286,7 +286,7 @@ class RunJournal(GraphCallbackHandler):
             state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
                 self._runs[getattr(run_id, "int", run_id)] = state
-                if state.new_humans.old_ids is None:  # the run's first nested chain: its state
+                if not state.new_humans.state_seen:  # the run's first nested chain: its state
                     state.new_humans.saw_state(inputs)
             return
         WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
@@ -362,21 +362,11 @@ class RunJournal(GraphCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause).
-
-        A nested chain's outputs may answer tool calls no tool callback saw: they are looked
-        for while the run has calls without an outcome.
-        """
+        """End the run at its root chain (``run.end``, or ``run.interrupt`` after a pause)."""
         if parent_run_id is None:
             self._end_run(run_id, outputs, None)
-            return
-        state = self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
-        if state is not None and state.outcomes.pending:
-            messages = mapping.messages_in(outputs)
-            with self._lock:
-                written = self._reconcile(state, messages)
-            if written:
-                self._writer.changed(state)
+        else:
+            self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no
@@ -443,11 +433,12 @@ class RunJournal(GraphCallbackHandler):
         """Write a run's closing events and summary: held tool errors, workspace, unresolved
         calls, terminal."""
         with self._lock:
-            asked = state.new_humans.last_input
-            if state.status == "interrupted" and not state.human_written and asked is not None:
+            if state.status == "interrupted" and not state.human_written:
                 # Paused before any model saw the question (``interrupt_before``): the run
                 # that resumes finds it in its state, so this one records it.
-                self._write_human(state, asked)
+                asked = state.new_humans.last_input()
+                if asked is not None:
+                    self._write_human(state, asked)
             for event in state.outcomes.settle():
                 self._emit(state, event)
             if workspace_event is not None:
@@ -600,13 +591,22 @@ class RunJournal(GraphCallbackHandler):
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             state = self._llm_started(run_id, parent_run_id, caller)
-            if state is None or state.human_written or caller != mapping.LEAD_AGENT:
+            if state is None or caller != mapping.LEAD_AGENT:
                 return
-            human = mapping.latest_visible_human(messages)
-            if human is None or not state.new_humans.is_new(human):
-                return
-            self._write_human(state, human)
-        self._writer.changed(state)
+            if state.outcomes.pending and messages:
+                # The prompt may hold answers no tool callback gave (ToolNode answers an
+                # unknown tool itself); looked for only here and at the run's end, which is
+                # before anything could follow them, and costs nothing on the common path.
+                changed = self._reconcile(state, messages[0])
+            else:
+                changed = False
+            if not state.human_written:
+                human = mapping.latest_visible_human(messages)
+                if human is not None and state.new_humans.is_new(human):
+                    self._write_human(state, human)
+                    changed = True
+        if changed:
+            self._writer.changed(state)
 
     def _write_human(self, state: RunState, human: HumanMessage) -> None:
         """Write the run's one ``llm.human.input`` (call with the lock held)."""

@@ -42,39 +42,52 @@ class NewHumans:
     Old are the human messages of the state the run's first nested chain (a graph's first
     node) starts from, except those its inputs brought (matched by text: LangGraph builds
     messages given as text itself). Anything else is new: a message a node added, one built
-    for the prompt, every message of a run with no nested chain.
+    for the prompt, every message of a run with no nested chain. The inputs and the state are
+    kept as given and looked into only when a question is checked: most runs check one.
     """
 
-    __slots__ = ("_input_texts", "last_input", "old_ids")
+    __slots__ = ("_inputs", "_old_ids", "_state", "state_seen")
 
     def __init__(self) -> None:
-        self._input_texts: set[str] = set()
-        #: Ids of the human messages of the state the run started from (``None``: not seen).
-        self.old_ids: set[str] | None = None
-        #: The last visible human message the run's inputs brought, if any.
-        self.last_input: HumanMessage | None = None
+        self._inputs: Any = None
+        self._state: Any = None
+        self._old_ids: set[str] | None = None
+        #: True once the run's first nested chain started (an attribute: read at every one).
+        self.state_seen = False
 
     def add_inputs(self, inputs: Any) -> None:
-        """Note what a root invocation's inputs bring."""
-        objects, texts = input_messages(inputs)
-        humans = [m for m in objects if isinstance(m, HumanMessage)]
-        humans += [HumanMessage(text) for text in texts]
-        self._input_texts.update(message_text(m) for m in humans)
-        self.last_input = latest_visible_human([humans])
+        """Note a root invocation's inputs."""
+        self._inputs = inputs
 
     def saw_state(self, inputs: Any) -> None:
         """Note the state the run's first nested chain starts from."""
-        self.old_ids = {
-            m.id
-            for m in messages_in(inputs)
-            if isinstance(m, HumanMessage)
-            and m.id is not None
-            and message_text(m) not in self._input_texts
-        }
+        self._state = inputs
+        self.state_seen = True
 
     def is_new(self, message: BaseMessage) -> bool:
         """True if ``message`` was not in the state the run resumed from."""
-        return self.old_ids is None or message.id is None or message.id not in self.old_ids
+        if not self.state_seen or message.id is None:
+            return True
+        if self._old_ids is None:
+            objects, texts = input_messages(self._inputs)
+            brought = {message_text(m) for m in objects if isinstance(m, HumanMessage)}
+            brought.update(texts)
+            self._old_ids = {
+                m.id
+                for m in messages_in(self._state)
+                if isinstance(m, HumanMessage)
+                and m.id is not None
+                and message_text(m) not in brought
+            }
+            self._state = None  # seen, and no longer needed
+        return message.id not in self._old_ids
+
+    def last_input(self) -> HumanMessage | None:
+        """The last visible human message the run's inputs brought, if any."""
+        objects, texts = input_messages(self._inputs)
+        humans = [m for m in objects if isinstance(m, HumanMessage)]
+        humans += [HumanMessage(text) for text in texts]
+        return latest_visible_human([humans])
 
 
 @dataclass(slots=True)
