@@ -2,7 +2,8 @@
 
 Backends never see raw caller input: they receive ``PendingEvent`` objects whose ids, names and
 timestamps are checked and whose content and metadata are already plain JSON values together
-with their encoded text. That is what makes the same writes read back identically everywhere.
+with their encoded text. That is what makes the same writes read back identically everywhere;
+an event one backend could not hold is refused (``EventRefused``) before any backend sees it.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
-import json
 import math
 import re
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ __all__ = [
     "AUTO",
     "DEFAULT_MAX_TRACE_CONTENT",
     "ID_MAX_LENGTH",
+    "JSON_MAX_LENGTH",
     "Auto",
     "EventRefused",
     "PendingEvent",
@@ -45,7 +47,13 @@ __all__ = [
 
 ID_MAX_LENGTH = 128
 DEFAULT_MAX_TRACE_CONTENT = 10240
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+#: Characters of JSON text an event's content, and its metadata, may each take. PostgreSQL
+#: sets it: jsonb needs up to 6 bytes per character (an array of digits) and holds at most
+#: 2**28 - 1 bytes, and numbers travel spelled in all their digits (``5e-324`` in 326
+#: characters), while a statement's parameters, like a row read back, must stay under 1 GB:
+#: an event whose two values are both at this limit still fits.
+JSON_MAX_LENGTH = 8 * 1024 * 1024
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 _ALLOWED_KEYS = frozenset(
     {
         "thread_id",
@@ -58,13 +66,10 @@ _ALLOWED_KEYS = frozenset(
         "user_id",
     }
 )
-_ORJSON_OPTIONS = (
-    orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-)
-_INT64 = (-(2**63), 2**63 - 1)
+# Without OPT_NON_STR_KEYS: a dict with other keys takes ``_plain``, which checks collisions.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_ORJSON_INTS = (-(2**63), 2**64 - 1)  # the integers orjson writes, and reads back exactly
 _NOT_BATCHES = (str, bytes, Mapping)  # sequences (or not) that are no list of events
-# A JSON-escaped NUL that is not itself an escaped backslash followed by "u0000".
-_ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 class EventRefused(ValueError):
@@ -129,8 +134,9 @@ def resolve_read_user(user_id: str | Auto | None) -> str | None:
 
 
 def check_text(value: object, field: str, max_length: int = ID_MAX_LENGTH, where: str = "") -> str:
-    """Return ``value`` if it is a 1..max_length string with no control characters or lone
-    surrogates (what every backend can store and index); raise naming ``field`` otherwise."""
+    """Return ``value`` if it is a 1..max_length string with no control characters (C0, DEL,
+    C1) or lone surrogates (what every backend can store and index); raise naming ``field``
+    otherwise."""
     # Printable ASCII has neither: the common case needs no regex and no encoding.
     if (
         type(value) is str
@@ -151,7 +157,12 @@ def check_text(value: object, field: str, max_length: int = ID_MAX_LENGTH, where
 
 
 def _clean_text(text: str) -> str:
-    """Replace lone surrogates (not encodable as UTF-8) with U+FFFD; keep valid pairs."""
+    """Replace U+0000 and lone surrogates (which jsonb refuses) with U+FFFD; keep valid pairs.
+
+    Returns ``text`` itself when it has neither.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
     try:
         text.encode()
     except UnicodeEncodeError:
@@ -160,47 +171,67 @@ def _clean_text(text: str) -> str:
 
 
 def _plain(value: Any, default: Callable[[Any], Any]) -> Any:
-    """Rewrite what orjson refuses but ``json.dumps(default=str)`` would store, as strings.
+    """``value`` rebuilt as orjson would write it, less what orjson or jsonb refuse: strings
+    cleaned, integers outside orjson's range as strings, dict keys as ``_key`` makes them.
 
-    A ``default`` other than ``str`` that turns a value into a dict or list (a model's dump)
-    has that result rewritten too.
+    It follows orjson type for type (what orjson writes itself is kept or unpacked as orjson
+    does, anything else is what ``default`` makes of it), so both paths of ``encode_json``
+    give a value the same form.
     """
     if isinstance(value, str):
         return _clean_text(value)
-    if isinstance(value, bool) or value is None or isinstance(value, float):
+    if value is None or isinstance(value, bool | uuid.UUID) or type(value) is float:
         return value
     if isinstance(value, int):
-        return value if _INT64[0] <= value <= _INT64[1] else str(value)
-    if isinstance(value, Mapping):
-        return {
-            _clean_text(k if isinstance(k, str) else json.dumps(k, default=str)): _plain(v, default)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_plain(v, default) for v in value]
-    if default is not str:
-        converted = default(value)
-        if isinstance(converted, dict | list):
-            return _plain(converted, default)
-    return value
+        return value if _ORJSON_INTS[0] <= value <= _ORJSON_INTS[1] else str(value)
+    if isinstance(value, dict):
+        plain: dict[str, Any] = {}
+        for key, item in value.items():
+            name = _key(key)
+            if name in plain:
+                first = next(k for k in value if _key(k) == name)
+                raise ValueError(f"keys {first!r} and {key!r} would both be stored as {name!r}")
+            plain[name] = _plain(item, default)
+        return plain
+    if isinstance(value, list) or type(value) is tuple:
+        return [_plain(item, default) for item in value]
+    if isinstance(value, enum.Enum):
+        return _plain(value.value, default)
+    return _plain(default(value), default)
+
+
+def _key(key: Any) -> str:
+    """The string a dict key is stored as."""
+    if isinstance(key, str):
+        return _clean_text(str.__str__(key))  # its characters as a str: orjson takes no subclass
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if isinstance(key, enum.Enum):
+        return _key(key.value)
+    return _clean_text(str(key))
 
 
 def encode_json(value: Any, default: Callable[[Any], Any] = str) -> str:
     """Encode ``value`` as JSON text with ``json.dumps(default=str)`` semantics.
 
     Values JSON cannot hold become their ``str()`` (or what ``default`` makes of them); NaN
-    and infinities become ``null`` and integers beyond 64 bits become strings, and U+0000 and
-    lone surrogates in strings become U+FFFD, so that every backend (PostgreSQL ``jsonb``
-    included) can store the text unchanged.
+    and infinities become ``null`` and integers outside -2**63..2**64-1 become strings, and
+    U+0000 and lone surrogates in strings become U+FFFD, so that every backend (PostgreSQL
+    ``jsonb`` included) can store the text unchanged. Dict keys become strings: ``None`` and
+    booleans as in JSON (``null``, ``true``), an enum as its value, any other key as its
+    ``str()`` (``1``, ``1.5``, ``nan``, ``2024-05-06 07:08:09``). Two keys of one dict that
+    would become the same string (``1`` and ``"1"``) raise ``ValueError``: one value would be
+    lost. A value is encoded alike whatever sits beside it.
     """
     try:
-        text = orjson.dumps(value, default=default, option=_ORJSON_OPTIONS).decode()
-    except TypeError:
-        text = orjson.dumps(_plain(value, default), default=default, option=_ORJSON_OPTIONS)
-        text = text.decode()
-    if "\\u0000" in text:
-        text = _ESCAPED_NUL.sub(r"\1\\ufffd", text)
-    return text
+        text = orjson.dumps(value, default=default, option=_ORJSON_OPTIONS)
+    except TypeError:  # a non-string key, an integer or a string orjson refuses
+        text = None
+    if text is None or b"\\u0000" in text:
+        text = orjson.dumps(_plain(value, default), option=_ORJSON_OPTIONS)
+    return text.decode()
 
 
 def decode_json(text: str | bytes) -> Any:
@@ -316,23 +347,38 @@ def normalise_event(
 ) -> PendingEvent:
     """Validate one event mapping (``put`` keyword arguments) and normalise it for storage.
 
-    Raises ``TypeError``/``ValueError`` naming the field, prefixed with ``event {index}:``
+    Raises ``TypeError`` or ``EventRefused`` naming the field, prefixed with ``event {index}:``
     when the event is part of a batch. ``now`` is the timestamp for events without
     ``created_at`` (a batch shares one); ``default`` encodes values JSON cannot hold.
     """
     where = "" if index is None else f"event {index}: "
+    try:
+        return _normalise_event(event, max_trace_content, where, now, default)
+    except EventRefused:
+        raise
+    except ValueError as exc:  # check_text and normalise_created_at, which reads share
+        raise EventRefused(*exc.args) from None
+
+
+def _normalise_event(
+    event: Mapping[str, Any],
+    max_trace_content: int | None,
+    where: str,
+    now: str | None,
+    default: Callable[[Any], Any],
+) -> PendingEvent:
     if type(event) is not dict and not isinstance(event, Mapping):  # dicts skip the ABC check
         raise TypeError(f"{where}an event must be a mapping, got {type(event).__name__}")
     if not _ALLOWED_KEYS.issuperset(event):
         unknown = event.keys() - _ALLOWED_KEYS
-        raise ValueError(
+        raise EventRefused(
             f"{where}unknown event field(s) {sorted(unknown)}; seq is assigned by the store"
             if "seq" in unknown
             else f"{where}unknown event field(s) {sorted(unknown)}"
         )
     for required in ("thread_id", "run_id", "event_type", "category"):
         if required not in event:
-            raise ValueError(f"{where}{required} is required")
+            raise EventRefused(f"{where}{required} is required")
     thread_id = check_text(event["thread_id"], "thread_id", where=where)
     run_id = check_text(event["run_id"], "run_id", where=where)
     event_type = check_text(event["event_type"], "event type", RUN_EVENT_TYPE_MAX_LENGTH, where)
@@ -362,13 +408,23 @@ def normalise_event(
             content_json = encode_json(content)
             metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
     metadata_json = _encode_field(metadata, "metadata", where, default)
+    _check_length(content_json, "content", where)
+    _check_length(metadata_json, "metadata", where)
+    metadata = orjson.loads(metadata_json)
+    task_id = metadata.get("task_id")
+    if isinstance(task_id, str) and len(task_id) > ID_MAX_LENGTH:
+        # Stores index it: PostgreSQL refuses an index entry over about 2.7 kB.
+        raise EventRefused(
+            f"{where}metadata.task_id must be at most {ID_MAX_LENGTH} characters, "
+            f"got {len(task_id)}"
+        )
     created_at = event.get("created_at")
     return PendingEvent(
         thread_id,
         run_id,
         event_type,
         category,
-        orjson.loads(metadata_json),
+        metadata,
         content_json,
         metadata_json,
         now
@@ -386,8 +442,16 @@ def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], A
     except Exception as exc:
         # orjson says "Recursion limit reached" for deep or circular values, and a value's own
         # code (a mapping's iteration, a __str__) may raise anything: either way this value
-        # cannot be stored, which is a ValueError naming the field.
-        raise ValueError(f"{where}{field} cannot be stored as JSON: {exc!r}") from None
+        # cannot be stored, which is refused naming the field.
+        raise EventRefused(f"{where}{field} cannot be stored as JSON: {exc!r}") from None
+
+
+def _check_length(text: str, field: str, where: str) -> None:
+    if len(text) > JSON_MAX_LENGTH:
+        raise EventRefused(
+            f"{where}{field} is {len(text)} characters of JSON, over the limit of "
+            f"{JSON_MAX_LENGTH} that every store can hold"
+        )
 
 
 def normalise_batch(
