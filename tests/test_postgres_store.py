@@ -1,9 +1,13 @@
-"""PostgreSQL-only promises: many writer processes, concurrent setup, pools the caller owns."""
+"""PostgreSQL-only promises: many writer processes, concurrent setup, pools the caller owns,
+schema upgrades, message counters and refused events."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import random
+import string
 import subprocess
 import sys
 import textwrap
@@ -21,7 +25,7 @@ from langgraph.graph import END, START, StateGraph
 from psycopg.rows import class_row, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from deerflow_journal import PostgresRunEventStore, RunSummary, open_store
+from deerflow_journal import EventRefused, PostgresRunEventStore, RunSummary, open_store
 from deerflow_journal.stores.postgres import MIGRATIONS
 from tests.backends import PostgresBackend
 from tests.pg_processes import (
@@ -76,6 +80,7 @@ async def test_many_processes_writing_one_thread_keep_seq_gap_free_in_commit_ord
         seen = await _tail(store, children, expected)
         outcomes = await children.collect()
         stored = await store.list_messages(THREAD, limit=expected + 10, user_id=None)
+        counted = await store.count_messages(THREAD, user_id=None)
 
     assert seen == expected
     assert [r["seq"] for r in stored] == list(range(1, expected + 1))
@@ -98,6 +103,7 @@ async def test_many_processes_writing_one_thread_keep_seq_gap_free_in_commit_ord
     assert [created for _, created in absent].count(True) == 1
     assert len({seq for seq, _ in absent}) == 1
     assert [r["run_id"] for r in stored].count("once") == 1
+    assert counted == expected
 
 
 @pytest.mark.slow
@@ -362,3 +368,203 @@ async def test_a_journal_write_ignores_the_pool_row_factory(pg):
         event = {"thread_id": THREAD, "run_id": "r", "event_type": "e", "category": "message"}
         await store._put_journal_batch([event], [RunSummary(thread_id=THREAD, run_id="r")])
         assert await store.get_run_summary(THREAD, "r") is not None
+
+
+# -- schema upgrades --------------------------------------------------------------------------
+
+#: The last schema version with jsonb payloads and no message counters.
+JSONB_VERSION = 7
+
+
+async def test_a_database_of_the_jsonb_schema_upgrades_and_reads_back_the_same(pg):
+    # Rows as the jsonb store wrote them: keys reordered, floats spelled as long decimals.
+    huge = "1" + "0" * 308 + ".0"
+    rows = [
+        (1, "r1", "message", "alice", '{"zebra": 1, "a": [1.5, -0.0]}', '{"task_id": "t1"}'),
+        (2, "r1", "trace", "alice", '{"run": {"b": 2, "a": 1}}', "{}"),
+        (3, "r1", "message", None, f'{{"huge": {huge}, "tiny": 5e-324}}', '{"caller": "x"}'),
+        (4, "r2", "message", "bob", '"plain"', '{"z": 1, "y": 2}'),
+    ]
+    async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE TABLE run_event_migrations "
+            "(v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, statement in enumerate(MIGRATIONS[: JSONB_VERSION + 1]):
+            await conn.execute(statement)
+            await conn.execute("INSERT INTO run_event_migrations (v) VALUES (%s)", (version,))
+        for seq, run_id, category, user_id, content, metadata in rows:
+            await conn.execute(
+                "INSERT INTO run_events (thread_id, run_id, seq, event_type, category, content, "
+                "metadata, created_at, user_id, task_id) VALUES (%s, %s, %s, 'e', %s, %s::jsonb, "
+                "%s::jsonb, '2026-01-02T03:04:05Z', %s, %s::jsonb ->> 'task_id')",
+                (THREAD, run_id, seq, category, content, metadata, user_id, metadata),
+            )
+        await conn.execute("INSERT INTO run_thread_seq VALUES (%s, 4)", (THREAD,))
+        await conn.execute(
+            "INSERT INTO run_summaries (thread_id, run_id, user_id, data) VALUES (%s, 'r1', NULL, "
+            "%s::jsonb)",
+            (THREAD, RunSummary(thread_id=THREAD, run_id="r1").model_dump_json()),
+        )
+        cur = await conn.execute(
+            "SELECT content::text, metadata::text FROM run_events ORDER BY seq"
+        )
+        before = [(json.loads(c), json.loads(m)) for c, m in await cur.fetchall()]
+
+    async with pg.make() as store:
+        read = [*await store.list_events(THREAD, "r1"), *await store.list_events(THREAD, "r2")]
+        assert [_text((r["content"], r["metadata"])) for r in read] == [_text(b) for b in before]
+        assert read[0]["content"] == {"a": [1.5, 0.0], "zebra": 1}
+        assert read[2]["content"]["huge"] == 1e308
+        assert [r["seq"] for r in await store.list_events(THREAD, "r1", task_id="t1")] == [1]
+        counts = [await store.count_messages(THREAD, user_id=u) for u in (None, "alice", "bob")]
+        assert counts == [3, 1, 1]
+        assert await store.get_run_summary(THREAD, "r1") == RunSummary(
+            thread_id=THREAD, run_id="r1"
+        )
+        new = await store.put(
+            thread_id=THREAD, run_id="r3", event_type="e", category="message", content={"b": -0.0}
+        )
+        assert new["seq"] == 5
+        (again,) = await store.list_events(THREAD, "r3")
+        assert _text(again["content"]) == '{"b": -0.0}'
+        assert await store.count_messages(THREAD) == 4
+    async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+        cur = await conn.execute("SELECT v FROM run_event_migrations ORDER BY v")
+        assert [v for (v,) in await cur.fetchall()] == list(range(len(MIGRATIONS)))
+
+
+def _text(value: object) -> str:
+    """JSON text that tells apart what ``==`` does not: key order, and -0.0 from 0."""
+    return json.dumps(value)
+
+
+# -- message counters -------------------------------------------------------------------------
+
+
+async def _counters_and_counts(dsn: str) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """The thread's counter rows, and its message rows counted per user ('' for none)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        counters = await conn.execute(
+            "SELECT user_key, messages FROM run_message_counts WHERE thread_id = %s "
+            "ORDER BY user_key",
+            (THREAD,),
+        )
+        counted = await conn.execute(
+            "SELECT coalesce(user_id, ''), count(*) FROM run_events "
+            "WHERE thread_id = %s AND category = 'message' GROUP BY 1 ORDER BY 1",
+            (THREAD,),
+        )
+        return await counters.fetchall(), await counted.fetchall()
+
+
+def _event(run_id: str, user_id: str | None, category: str = "message") -> dict[str, object]:
+    return {
+        "thread_id": THREAD,
+        "run_id": run_id,
+        "event_type": "e",
+        "category": category,
+        "user_id": user_id,
+    }
+
+
+async def test_count_messages_reads_per_user_counters_kept_by_writes_and_deletes(pg):
+    async with pg.make() as store:
+        await store.put_batch(
+            [_event("r1", u) for u in ("alice", "alice", "bob", None, None, "bob")]
+            + [_event("r1", "alice", "trace"), _event("r2", "alice"), _event("r2", "bob")]
+        )
+        await store.delete_by_run(THREAD, "r2", user_id="bob")
+        await store.put(**_event("r3", "alice"))
+        counters, counted = await _counters_and_counts(pg.dsn)
+        assert counters == counted == [("", 2), ("alice", 4), ("bob", 2)]
+        await store.delete_by_thread(THREAD, user_id="alice")
+        counters, counted = await _counters_and_counts(pg.dsn)
+        assert counters == counted == [("", 2), ("bob", 2)]
+
+        # count_messages reads those rows, not the thread's events: moving one moves the count.
+        async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+            await conn.execute(
+                "UPDATE run_message_counts SET messages = messages + 1000 WHERE user_key = 'bob'"
+            )
+        assert await store.count_messages(THREAD, user_id="bob") == 1002
+        assert await store.count_messages(THREAD, user_id=None) == 1004
+
+
+async def test_message_counters_stay_exact_under_concurrent_writers_and_deleters(pg):
+    stores = [pg.make() for _ in range(3)]
+    users = ["alice", "bob", None]
+
+    async def work(store: PostgresRunEventStore, worker: int) -> None:
+        # Worker 0 deletes alice's rows of a run, worker 1 bob's, worker 2 everyone's.
+        for step in range(12):
+            run_id = f"r{step % 4}"
+            if step % 3 == 2:
+                await store.delete_by_run(THREAD, run_id, user_id=users[worker])
+            elif step % 3 == 1:
+                await store.put_batch([_event(run_id, u) for u in users] * 2)
+            else:
+                await store.put(**_event(run_id, users[worker]))
+
+    try:
+        await asyncio.gather(*(work(store, n) for n, store in enumerate(stores)))
+        counters, counted = await _counters_and_counts(pg.dsn)
+        assert counters == counted
+        assert await stores[0].count_messages(THREAD) == sum(n for _, n in counted) > 0
+    finally:
+        for store in stores:
+            await store.close()
+
+
+# -- refused events ---------------------------------------------------------------------------
+
+
+def _unindexable() -> str:
+    """4,000 characters too random to compress into a btree entry (2,704 bytes at most)."""
+    return "".join(random.Random(7).choices(string.ascii_letters + string.digits, k=4000))
+
+
+async def test_an_event_postgresql_cannot_index_is_refused_and_writes_nothing(pg):
+    good = _event("r", None)
+    bad = {**good, "metadata": {"task_id": _unindexable()}}
+    summary = RunSummary(thread_id=THREAD, run_id="r")
+    async with pg.make() as store:
+        writes = {
+            "put": lambda: store.put(**bad),
+            "put_batch": lambda: store.put_batch([good, bad]),
+            "put_if_absent": lambda: store.put_if_absent(**bad),
+            "journal": lambda: store._put_journal_batch([good, bad], [summary]),
+        }
+        for name, write in writes.items():
+            with pytest.raises(EventRefused, match="index row size") as refused:
+                await write()
+            assert isinstance(refused.value.__cause__, psycopg.errors.ProgramLimitExceeded), name
+            if name == "put":
+                assert f"store event 'e' of run 'r' in thread '{THREAD}': " in str(refused.value)
+        assert await store.list_events(THREAD, "r") == []
+        assert await store.count_messages(THREAD) == 0
+        assert await store.get_run_summary(THREAD, "r") is None
+        assert (await store.put(**good))["seq"] == 1
+
+
+async def test_a_thread_out_of_seq_numbers_refuses_events(pg):
+    async with pg.make() as store:
+        await store.put(**_event("r", None))
+        async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+            await conn.execute("UPDATE run_thread_seq SET last_seq = 9223372036854775807")
+        with pytest.raises(EventRefused, match="bigint out of range") as refused:
+            await store.put(**_event("r", None))
+        assert isinstance(refused.value.__cause__, psycopg.errors.NumericValueOutOfRange)
+        assert await store.count_messages(THREAD) == 1
+
+
+async def test_a_lost_connection_is_raised_as_it_is_not_as_a_refused_event(pg):
+    pool = AsyncConnectionPool(pg.dsn, open=False, min_size=1, max_size=1)
+    async with pool, PostgresRunEventStore(pool) as store:
+        async with pool.connection() as conn:
+            pid = conn.info.backend_pid
+        async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+        with pytest.raises(psycopg.OperationalError):
+            await store.put(**_event("r", None))
+        assert (await store.put(**_event("r", None)))["seq"] == 1

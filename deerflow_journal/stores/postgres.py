@@ -3,20 +3,23 @@
 The only module that imports psycopg. Seq numbers come from a per-thread counter row, updated
 under a transaction-level advisory lock on the thread, so concurrent writers anywhere keep seq
 unique, gap-free and increasing in commit order. Each batch is one transaction; on a libpq with
-pipeline mode its statements travel in a single round trip.
+pipeline mode its statements travel in a single round trip. Content and metadata are ``json``
+columns, which keep the normalised text verbatim (``jsonb`` would reorder keys and turn -0.0
+into 0), so they read back as on every other backend. Statement triggers keep per-thread,
+per-user message counts, so ``count_messages`` does not grow with the thread. A row PostgreSQL
+can never hold (a data exception, a program limit such as an index entry's size) is refused
+with ``EventRefused``; other errors, a lost connection say, pass through as psycopg raised them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
-from collections.abc import AsyncIterator, Sequence
-from decimal import Decimal
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Self
 
 try:
-    from psycopg import AsyncConnection, AsyncCursor, Capabilities
+    from psycopg import AsyncConnection, AsyncCursor, Capabilities, DataError, Error
     from psycopg.rows import TupleRow, tuple_row
     from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:
@@ -27,6 +30,7 @@ except ImportError as exc:
 
 from deerflow_journal.records import (
     DEFAULT_MAX_TRACE_CONTENT,
+    EventRefused,
     PendingEvent,
     RunEvent,
     decode_json,
@@ -72,6 +76,38 @@ MIGRATIONS: tuple[str, ...] = (
         data jsonb NOT NULL,
         PRIMARY KEY (thread_id, run_id)
     )""",
+    # json keeps the text as written: key order and -0.0 read back as on every backend. Rows
+    # written before keep the order jsonb gave them.
+    """ALTER TABLE run_events ALTER COLUMN content TYPE json USING content::json,
+        ALTER COLUMN metadata TYPE json USING metadata::json""",
+    "ALTER TABLE run_summaries ALTER COLUMN data TYPE json USING data::json",
+    # Message counts per thread and user ('' for rows without one, never a valid user id).
+    """CREATE TABLE run_message_counts (
+        thread_id text NOT NULL,
+        user_key text NOT NULL,
+        messages bigint NOT NULL,
+        PRIMARY KEY (thread_id, user_key)
+    )""",
+    # One upsert per statement and (thread, user), whoever inserts or deletes rows.
+    """CREATE FUNCTION run_events_count_messages() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO run_message_counts AS c (thread_id, user_key, messages)
+        SELECT thread_id, coalesce(user_id, ''),
+               CASE TG_OP WHEN 'INSERT' THEN count(*) ELSE -count(*) END
+        FROM changed WHERE category = 'message' GROUP BY 1, 2
+        ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = c.messages + excluded.messages;
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER run_events_count_messages AFTER INSERT ON run_events
+        REFERENCING NEW TABLE AS changed
+        FOR EACH STATEMENT EXECUTE FUNCTION run_events_count_messages()""",
+    """CREATE TRIGGER run_events_uncount_messages AFTER DELETE ON run_events
+        REFERENCING OLD TABLE AS changed
+        FOR EACH STATEMENT EXECUTE FUNCTION run_events_count_messages()""",
+    # The triggers' lock on run_events holds off writers until this commits: the counts are exact.
+    """INSERT INTO run_message_counts (thread_id, user_key, messages)
+        SELECT thread_id, coalesce(user_id, ''), count(*) FROM run_events
+        WHERE category = 'message' GROUP BY 1, 2""",
 )
 
 _MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS run_event_migrations (
@@ -106,7 +142,7 @@ _INSERT_BATCH = """WITH b AS (
                             created_at, user_id, task_id, caller)
     SELECT b.thread_id, b.run_id,
            c.last_seq - n.n + row_number() OVER (PARTITION BY b.thread_id ORDER BY b.ord),
-           b.event_type, b.category, b.content::jsonb, b.metadata::jsonb,
+           b.event_type, b.category, b.content::json, b.metadata::json,
            b.created_at::timestamptz, b.user_id, b.task_id, b.caller
     FROM b JOIN n USING (thread_id) JOIN c USING (thread_id)
     ORDER BY b.ord
@@ -124,9 +160,14 @@ CROSS JOIN LATERAL (
       {user}
     ORDER BY seq DESC LIMIT 1
 ) AS e"""
+# A thread's message count: the sum over its users, or one user's ("" holds rows without one).
+_COUNT_MESSAGES = (
+    "SELECT coalesce(sum(messages), 0)::bigint FROM run_message_counts WHERE thread_id = %s"
+)
+_DROP_EMPTY_COUNTS = "DELETE FROM run_message_counts WHERE thread_id = %s AND messages = 0"
 # Another user's summary is left alone: the statement then returns no row.
 _UPSERT_SUMMARY = """INSERT INTO run_summaries (thread_id, run_id, user_id, data)
-VALUES (%s, %s, %s, %s::jsonb)
+VALUES (%s, %s, %s, %s::json)
 ON CONFLICT (thread_id, run_id) DO UPDATE SET data = excluded.data
 WHERE run_summaries.user_id IS NOT DISTINCT FROM excluded.user_id
 RETURNING id"""
@@ -218,36 +259,40 @@ class PostgresRunEventStore(RunEventStore):
     # -- writes ------------------------------------------------------------------------------
 
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        async with self._connection() as (conn, cur):
-            async with _atomic(conn, pipeline=True):
-                await _lock_threads(conn, {e.thread_id for e in events})
-                await cur.execute(_INSERT_BATCH, _batch_columns(events))
-            # Fetched after COMMIT, so the whole batch costs one round trip.
-            last_seqs = dict(await cur.fetchall())
+        with _refusing(_events_named(events)):
+            async with self._connection() as (conn, cur):
+                async with _atomic(conn, pipeline=True):
+                    await _lock_threads(conn, {e.thread_id for e in events})
+                    await cur.execute(_INSERT_BATCH, _batch_columns(events))
+                # Fetched after COMMIT, so the whole batch costs one round trip.
+                last_seqs = dict(await cur.fetchall())
         return _assign_seqs(events, last_seqs)
 
     async def _append_with_summaries(
         self, events: list[PendingEvent], summaries: list[dict[str, Any]]
     ) -> None:
-        async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
-            if events:
-                await _lock_threads(conn, {e.thread_id for e in events})
-                await cur.execute(_INSERT_BATCH, _batch_columns(events))
-            for summary in summaries:
-                await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
-                if await cur.fetchone() is None:
-                    raise other_users_summary_error(summary)
+        what = f"a journal write of {len(events)} events and {len(summaries)} run summaries"
+        with _refusing(what):
+            async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
+                if events:
+                    await _lock_threads(conn, {e.thread_id for e in events})
+                    await cur.execute(_INSERT_BATCH, _batch_columns(events))
+                for summary in summaries:
+                    await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
+                    if await cur.fetchone() is None:
+                        raise other_users_summary_error(summary)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
-            await _lock_threads(conn, {event.thread_id})
-            key = (event.thread_id, event.run_id, event.event_type, event.user_id)
-            await cur.execute(_FIND_TYPE_IN_RUN, key)
-            existing = await cur.fetchone()
-            if existing is not None:
-                return _record(existing), False
-            await cur.execute(_INSERT_BATCH, _batch_columns([event]))
-            last_seqs = dict(await cur.fetchall())
+        with _refusing(_events_named([event])):
+            async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
+                await _lock_threads(conn, {event.thread_id})
+                key = (event.thread_id, event.run_id, event.event_type, event.user_id)
+                await cur.execute(_FIND_TYPE_IN_RUN, key)
+                existing = await cur.fetchone()
+                if existing is not None:
+                    return _record(existing), False
+                await cur.execute(_INSERT_BATCH, _batch_columns([event]))
+                last_seqs = dict(await cur.fetchall())
         return _assign_seqs([event], last_seqs)[0], True
 
     # -- reads -------------------------------------------------------------------------------
@@ -313,24 +358,30 @@ class PostgresRunEventStore(RunEventStore):
         return dict(await self._select(_LAST_VISIBLE_AI.format(user=user), params))
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
-        where, params = _filters(thread_id, user_id=user_id)
-        sql = f"SELECT count(*) FROM run_events WHERE {where} AND category = 'message'"
+        sql, params = _COUNT_MESSAGES, [thread_id]
+        if user_id is not None:
+            sql, params = f"{sql} AND user_key = %s", [thread_id, user_id]
         return (await self._select(sql, params))[0][0]
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
         async with self._connection() as (conn, cur), _atomic(conn):
+            # Serialised with the thread's appends: both move its message counters.
+            await _lock_threads(conn, {thread_id})
             await cur.execute(f"DELETE FROM run_events WHERE {where}", params)
             deleted = cur.rowcount
             await cur.execute(f"DELETE FROM run_summaries WHERE {where}", params)
+            await cur.execute(_DROP_EMPTY_COUNTS, (thread_id,))
         return deleted
 
     # -- run summaries -----------------------------------------------------------------------
 
     async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        async with self._connection() as (_, cur):
-            await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
-            written = await cur.fetchone()
+        what = f"the summary of run {summary['run_id']!r} in thread {summary['thread_id']!r}"
+        with _refusing(what):
+            async with self._connection() as (_, cur):
+                await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
+                written = await cur.fetchone()
         if written is None:
             raise other_users_summary_error(summary)
 
@@ -384,6 +435,31 @@ async def _lock_threads(conn: AsyncConnection[Any], thread_ids: set[str]) -> Non
     await conn.execute(_LOCK_THREADS, (sorted(thread_ids),))
 
 
+@contextlib.contextmanager
+def _refusing(what: str) -> Iterator[None]:
+    """Raise ``EventRefused`` for an error that says PostgreSQL can never store ``what``.
+
+    Class 22 (data exception) and class 54 (program limit exceeded, an index entry too big):
+    retrying cannot help. Anything else, a lost connection say, is raised as it is.
+    """
+    try:
+        yield
+    except Error as exc:
+        if isinstance(exc, DataError) or (exc.sqlstate or "").startswith("54"):
+            reason = exc.diag.message_primary or str(exc)
+            raise EventRefused(f"PostgreSQL cannot store {what}: {reason}") from exc
+        raise
+
+
+def _events_named(events: list[PendingEvent]) -> str:
+    """How an error names the events of a write."""
+    if len(events) == 1:
+        e = events[0]
+        return f"event {e.event_type!r} of run {e.run_id!r} in thread {e.thread_id!r}"
+    threads = ", ".join(repr(t) for t in dict.fromkeys(e.thread_id for e in events))
+    return f"a batch of {len(events)} events (threads {threads})"
+
+
 def _filters(
     thread_id: str, *, run_id: str | None = None, user_id: str | None = None
 ) -> tuple[str, list[Any]]:
@@ -408,8 +484,8 @@ def _batch_columns(events: list[PendingEvent]) -> list[list[Any]]:
             e.run_id,
             e.event_type,
             e.category,
-            _jsonb_text(e.content_json),
-            _jsonb_text(e.metadata_json),
+            e.content_json,
+            e.metadata_json,
             e.created_at,
             e.user_id,
             _text_or_none(e.metadata.get("task_id")),
@@ -421,8 +497,7 @@ def _batch_columns(events: list[PendingEvent]) -> list[list[Any]]:
 
 
 def _summary_params(summary: dict[str, Any]) -> tuple[Any, ...]:
-    data = _jsonb_text(encode_json(summary))
-    return summary["thread_id"], summary["run_id"], summary["user_id"], data
+    return summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)
 
 
 def _assign_seqs(events: list[PendingEvent], last_seqs: dict[str, int]) -> list[RunEvent]:
@@ -455,24 +530,6 @@ def _decode(text: str) -> Any:
     try:
         return decode_json(text)
     except ValueError:
-        # orjson reads the long decimal jsonb prints for a float near the limit as infinity.
+        # Rows written as jsonb (before the json columns) spell floats as long decimals, and
+        # orjson reads one near the limit as infinity.
         return json.loads(text)
-
-
-def _jsonb_text(text: str) -> str:
-    """Spell floats with a positive exponent as decimals ending in ``.0``.
-
-    jsonb keeps a number's decimal digits, not its spelling: ``1e+16`` would come back as the
-    integer ``10000000000000000``, but ``10000000000000000.0`` comes back as the float.
-    """
-    if "e+" not in text:
-        return text
-    return _STRING_OR_EXPONENT.sub(_expand_exponent, text)
-
-
-_STRING_OR_EXPONENT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?e\+\d+)')
-
-
-def _expand_exponent(match: re.Match[str]) -> str:
-    number = match.group(1)
-    return match.group(0) if number is None else f"{Decimal(number):f}.0"
