@@ -57,6 +57,7 @@ from deerflow_journal.records import (
 from deerflow_journal.stores import (
     DEFAULT_STORE_URL,
     JournalStore,
+    ReadOnlyStoreError,
     RunEventStore,
     default_store_url,
     open_store,
@@ -133,6 +134,7 @@ __all__ = [
     "JsonlRunEventStore",
     "MemoryRunEventStore",
     "PostgresRunEventStore",
+    "ReadOnlyStoreError",
     "RunEvent",
     "RunEventDefinition",
     "RunEventPattern",

@@ -448,3 +448,52 @@ async def test_a_journal_batch_killed_before_its_commit_leaves_neither_events_no
         assert (await store.get_run_summary("t", "r1")) is None
         assert (await store.get_run_summary("t", "r0")) is not None
         assert [e["run_id"] for e in await store.list_messages("t")] == ["r2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("read", ["get_run_summary", "list_run_summaries"])
+async def test_summary_reads_finish_a_journal_batch_a_dead_writer_left(tmp_path, read):
+    # Read before anything else touches the thread: the batch's summary must not show, for
+    # the next writer's rollback would take it away again.
+    async with JsonlRunEventStore(tmp_path) as store:
+        await store._put_journal_batch([], [summary("r0")])
+        assert run_python(KILLED_JOURNAL_WRITER, str(tmp_path)) == 9
+        if read == "get_run_summary":
+            assert (await store.get_run_summary("t", "r1")) is None
+        else:
+            assert [s.run_id for s in await store.list_run_summaries("t")] == ["r0"]
+        assert b'"r1"' not in ThreadPaths(store.base_dir, "t").summaries.read_bytes()
+        assert await store.list_events("t", "r1") == []
+
+
+MANY_THREADS_WRITER = """
+import asyncio, resource, sys
+from deerflow_journal import JsonlRunEventStore
+
+base, limit, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+async def main():
+    async with JsonlRunEventStore(base) as store:
+        written = await store.put_batch([
+            {"thread_id": f"t{i}", "run_id": "r", "event_type": "llm.ai.response",
+             "category": "message", "content": i}
+            for i in range(threads)
+        ])
+        assert [r["seq"] for r in written] == [1] * threads
+        for i in range(threads):
+            assert [e["content"] for e in await store.list_events(f"t{i}", "r")] == [i]
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+async def test_a_batch_over_more_threads_than_the_open_file_limit_allows_succeeds(tmp_path):
+    limit = 128
+    threads = 3 * limit  # a file or two held per thread would need several times the limit
+    assert run_python(MANY_THREADS_WRITER, str(tmp_path), str(limit), str(threads)) == 0
+    async with JsonlRunEventStore(tmp_path) as store:
+        for i in range(threads):
+            assert [e["content"] for e in await store.list_events(f"t{i}", "r")] == [i]
+        assert (await store.put(**ev(thread_id="t7")))["seq"] == 2

@@ -6,12 +6,13 @@ import importlib
 import os
 from typing import Any
 
-from deerflow_journal.stores.base import JournalStore, RunEventStore
+from deerflow_journal.stores.base import JournalStore, ReadOnlyStoreError, RunEventStore
 
 __all__ = [
     "DEFAULT_STORE_URL",
     "STORE_URL_ENV",
     "JournalStore",
+    "ReadOnlyStoreError",
     "RunEventStore",
     "default_store_url",
     "open_store",
@@ -35,13 +36,19 @@ def default_store_url() -> str:
     return os.environ.get(STORE_URL_ENV) or DEFAULT_STORE_URL
 
 
-def open_store(url: str | None = None, **options: Any) -> RunEventStore:
+def open_store(url: str | None = None, *, read_only: bool = False, **options: Any) -> RunEventStore:
     """Build the store a URL names; ``None`` means ``default_store_url()``.
 
     ``memory://``, ``jsonl:///dir``, ``sqlite:///path.db`` and ``postgresql://...``. As in
     SQLAlchemy URLs, three slashes start a relative path and four an absolute one
     (``sqlite:////var/lib/journal.db``). Extra keyword options (``max_trace_content``) go to
     the store's constructor. The store is not set up yet: use ``async with open_store(url)``.
+
+    ``read_only=True`` opens a store that only reads: it refuses writes and deletes with
+    ``ReadOnlyStoreError``, creates and migrates nothing, and reads SQLite files and JSONL
+    directories on storage this process cannot write. A keyword, not a URL option, so that the
+    URL stays just a location and a URL taken from the environment cannot change what the
+    code that opens it may do.
     """
     from_env = url is None and bool(os.environ.get(STORE_URL_ENV))
     if url is None:
@@ -54,6 +61,11 @@ def open_store(url: str | None = None, **options: Any) -> RunEventStore:
         if from_env:  # the caller passed no URL: tell them where the bad one came from
             raise ValueError(f"{exc} (from ${STORE_URL_ENV})") from None
         raise
+    if read_only and class_name == "PostgresRunEventStore":
+        module_name = "deerflow_journal.stores.postgres_read_only"
+        class_name = "ReadOnlyPostgresRunEventStore"
+    elif read_only:
+        options["read_only"] = True
     store_class = getattr(importlib.import_module(module_name), class_name)
     return store_class(*args, **options)
 

@@ -13,6 +13,8 @@ Invariants every backend keeps (the shared store suite in ``tests/`` checks each
 - A read scoped to a user returns only rows stamped with exactly that user; ``put_if_absent``
   only counts events of the same user, and a run summary is never overwritten by another user.
 - A write that has started finishes even if its caller is cancelled.
+- A store opened ``read_only`` refuses every write and delete with ``ReadOnlyStoreError``
+  before it touches storage, and its setup creates and migrates nothing.
 
 Backends implement the underscored hooks and receive only explicit, validated values.
 """
@@ -49,12 +51,22 @@ from deerflow_journal.records import (
 )
 from deerflow_journal.summary import RunSummary
 
-__all__ = ["AI_RESPONSE_EVENT_TYPES", "JournalStore", "MessagePage", "RunEventStore"]
+__all__ = [
+    "AI_RESPONSE_EVENT_TYPES",
+    "JournalStore",
+    "MessagePage",
+    "ReadOnlyStoreError",
+    "RunEventStore",
+]
 
 T = TypeVar("T")
 
 #: Event types the last-visible-AI query recognises (the canonical name and its legacy alias).
 AI_RESPONSE_EVENT_TYPES = (LLM_AI_RESPONSE_EVENT.event_type, *LEGACY_EVENT_ALIASES)
+
+
+class ReadOnlyStoreError(PermissionError):
+    """A write or delete on a store opened ``read_only``: open it writable to change it."""
 
 
 class MessagePage:
@@ -131,11 +143,20 @@ class RunEventStore(ABC):
     Use it as an async context manager (``setup()`` on enter, ``close()`` on exit) or call
     ``await store.setup()`` yourself; a method called first sets the store up by itself. After
     ``close()`` only ``setup()`` reopens it: a closed store used by mistake raises, rather than
-    silently opening what nobody will close.
+    silently opening what nobody will close. With ``read_only=True`` it only reads (see the
+    module docstring).
     """
 
-    def __init__(self, *, max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT) -> None:
+    def __init__(
+        self,
+        *,
+        max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        read_only: bool = False,
+    ) -> None:
         self.max_trace_content = check_max_trace_content(max_trace_content)
+        if not isinstance(read_only, bool):
+            raise TypeError(f"read_only must be a bool, got {read_only!r}")
+        self._read_only = read_only
         self._is_setup = False
         self._closed = False
         self._setup_lock: asyncio.Lock | None = None
@@ -184,6 +205,11 @@ class RunEventStore(ABC):
     ) -> None:
         await self.close()
 
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened only to read."""
+        return self._read_only
+
     async def _ready(self) -> None:
         if not self._is_setup:
             if self._closed:
@@ -192,6 +218,14 @@ class RunEventStore(ABC):
                     "`await store.setup()` or `async with store:`"
                 )
             await self.setup()
+
+    def _check_writable(self, action: str) -> None:
+        # First thing in every write: a read-only store must not even validate or set up.
+        if self._read_only:
+            raise ReadOnlyStoreError(
+                f"cannot {action}: the store was opened read_only; open it without read_only "
+                "to change it"
+            )
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -208,6 +242,7 @@ class RunEventStore(ABC):
         user_id: str | Auto | None = AUTO,
     ) -> RunEvent:
         """Append one event and return the stored record."""
+        self._check_writable("put an event")
         pending = normalise_event(
             _event_kwargs(
                 thread_id, run_id, event_type, category, content, metadata, created_at, user_id
@@ -219,6 +254,7 @@ class RunEventStore(ABC):
 
     async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
         """Append every event atomically, seq in input order; a rejected batch writes nothing."""
+        self._check_writable("put a batch")
         pending = normalise_batch(events, max_trace_content=self.max_trace_content)
         if not pending:
             return []
@@ -241,6 +277,7 @@ class RunEventStore(ABC):
 
         Returns ``(record, created)``: the new record, or the existing one with ``False``.
         """
+        self._check_writable("put an event")
         pending = normalise_event(
             _event_kwargs(
                 thread_id, run_id, event_type, category, content, metadata, created_at, user_id
@@ -352,6 +389,7 @@ class RunEventStore(ABC):
 
         Run summaries of the thread are deleted with them. Seq numbers are not reused.
         """
+        self._check_writable("delete a thread")
         user = resolve_read_user(user_id)
         await self._ready()
         return await _finish(self._delete(_check_thread(thread_id), None, user))
@@ -360,6 +398,7 @@ class RunEventStore(ABC):
         self, thread_id: str, run_id: str, *, user_id: str | Auto | None = AUTO
     ) -> int:
         """Delete one run's events and summary and return how many events went."""
+        self._check_writable("delete a run")
         user = resolve_read_user(user_id)
         await self._ready()
         return await _finish(self._delete(_check_thread(thread_id), _check_run(run_id), user))
@@ -372,6 +411,7 @@ class RunEventStore(ABC):
         The summary is stamped with the current user when it names none. Raises
         ``PermissionError`` and writes nothing if the stored summary belongs to another user.
         """
+        self._check_writable("put a run summary")
         data = _summary_data(summary)
         await self._ready()
         await _finish(self._put_run_summary(data))
@@ -409,6 +449,7 @@ class RunEventStore(ABC):
         JSON cannot hold) and ``put_run_summary``, but returns no records and is not shielded,
         since the journal awaits it to the end itself.
         """
+        self._check_writable("write the journal's batch")
         pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
         data = [_summary_data(summary) for summary in summaries]
         await self._ready()

@@ -2,13 +2,20 @@
 
 What it guarantees, on a local file system:
 
-- seq is assigned under a per-thread file lock, so processes sharing the base dir get unique,
-  strictly increasing seq; the last seq lives in the thread's state file and is never reused.
+- seq is assigned under a file lock on the thread, so processes sharing the base dir get
+  unique, strictly increasing seq; the last seq lives in the thread's state file and is never
+  reused. Threads share a fixed set of lock files, so a batch over any number of threads keeps
+  few files open.
 - A batch is all or nothing, also when the writing process is killed: each file's lines go in
   with one write call, and a batch cut short is truncated away by the next process that takes
   the thread's lock. A batch spanning threads has one commit point for all of them.
 - Readers never return a corrupt record: an unfinished last line is skipped (and cut off by the
-  next writer), an unreadable line is logged and skipped.
+  next writer), an unreadable line is logged and skipped. Nor do they return what a batch cut
+  short wrote, events or run summaries: a reader finishes the batch first, as a writer does.
+- A store opened ``read_only`` creates, locks and changes nothing, so it reads a base dir it
+  may not write (read-only media, another user's files). It cannot finish a cut-short batch,
+  so it leaves out what a batch still pending wrote, and it checks the thread's state again
+  after reading, so that a writer working meanwhile cannot slip it anything uncommitted.
 - Deletes are not atomic across runs: a killed ``delete_by_thread`` may have removed some runs
   and not others (calling it again finishes the job).
 - Nothing is fsynced: a process crash loses nothing written, a power cut may.
@@ -36,20 +43,28 @@ from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, Ru
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
 from deerflow_journal.stores.jsonl_cache import Row, ThreadCache, encode_line
 from deerflow_journal.stores.jsonl_files import (
+    SUMMARIES_KEY,
     LockedThread,
     append_file,
     create_batch_marker,
+    cut_lines,
+    hold_lock,
     lock_thread,
+    open_thread,
     peek_state,
+    pending_sizes,
     prepare_append,
     rewrite_file,
     run_file_sizes,
+    steady,
 )
-from deerflow_journal.stores.jsonl_paths import ThreadPaths
+from deerflow_journal.stores.jsonl_paths import LOCK_STRIPES, ThreadPaths
 from deerflow_journal.stores.jsonl_summaries import (
     append_summary,
     delete_summaries,
+    parse_summaries,
     read_summaries,
+    read_summary_lines,
     summary_line,
 )
 from deerflow_journal.summary import other_users_summary_error
@@ -59,15 +74,20 @@ __all__ = ["JsonlRunEventStore"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_LOCK_STRIPES = 64
 _Sizes = dict[str, tuple[int, int]]
+# A batch over more threads opens each state file per step instead of holding it open.
+_STATE_FILES_HELD = 8
+# Unlocked reads retry while files shrink under them or a state read is torn; past this many
+# tries the state file is taken to be broken (only a writer can rebuild it).
+_UNLOCKED_TRIES = 100
 
 
 class JsonlRunEventStore(RunEventStore):
     """Stores each run in ``threads/{thread_id}/runs/{run_id}.jsonl`` under ``base_dir``.
 
     Ids are encoded into path-safe names (``jsonl_paths.encode_id``); every record keeps the
-    real ids. See the module docstring for the multi-process and crash guarantees.
+    real ids. See the module docstring for the multi-process and crash guarantees; with
+    ``read_only=True`` it only reads, and may read a directory it cannot write.
     """
 
     #: How many threads keep their parsed rows cached in this process (least recent go first;
@@ -79,20 +99,25 @@ class JsonlRunEventStore(RunEventStore):
         base_dir: str | os.PathLike[str] = ".deer-flow",
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(max_trace_content=max_trace_content)
+        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
         # Fixed now: a relative directory must not follow a later chdir (seqs would restart).
         self.base_dir = Path(base_dir).absolute()
         self._caches: OrderedDict[str, ThreadCache] = OrderedDict()
-        # Threads share a fixed set of in-process locks, so that memory does not grow with them.
-        self._stripes = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        # One in-process lock per lock file: memory does not grow with the threads.
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._guard = threading.Lock()
 
     async def _setup(self) -> None:
         await asyncio.to_thread(self._make_dirs)
 
     def _make_dirs(self) -> None:
-        for sub in ("threads", "batches"):
+        if self.read_only:
+            if not self.base_dir.is_dir():
+                raise FileNotFoundError(f"no JSONL journal directory at {self.base_dir}")
+            return
+        for sub in ("threads", "batches", "locks"):
             (self.base_dir / sub).mkdir(parents=True, exist_ok=True)
 
     async def _close(self) -> None:
@@ -105,17 +130,24 @@ class JsonlRunEventStore(RunEventStore):
         return _thread_paths(self.base_dir, thread_id)
 
     def _local_lock(self, thread_id: str) -> threading.Lock:
-        return self._stripes[hash(thread_id) % len(self._stripes)]
+        return self._stripes[self._paths(thread_id).stripe]
 
     @contextlib.contextmanager
     def _locked(self, thread_ids: Iterable[str]) -> Iterator[dict[str, LockedThread]]:
-        # Every in-process lock first, then the file locks; each kind in one fixed order, so
+        # Every in-process lock first, then the file locks, each kind in stripe order, so
         # batches over overlapping threads can never wait on each other.
-        ids = sorted(set(thread_ids))
+        paths = {t: self._paths(t) for t in sorted(set(thread_ids))}
+        stripes = {p.stripe: p.lock for p in paths.values()}
+        keep_open = len(paths) <= _STATE_FILES_HELD
         with contextlib.ExitStack() as stack:
-            for stripe in sorted({hash(t) % len(self._stripes) for t in ids}):
+            for stripe in sorted(stripes):
                 stack.enter_context(self._stripes[stripe])
-            yield {t: stack.enter_context(lock_thread(self._paths(t))) for t in ids}
+            for stripe in sorted(stripes):
+                stack.enter_context(hold_lock(stripes[stripe]))
+            yield {
+                t: stack.enter_context(open_thread(p, keep_open=keep_open))
+                for t, p in paths.items()
+            }
 
     def _cache(self, thread_id: str) -> ThreadCache:
         with self._guard:
@@ -152,12 +184,25 @@ class JsonlRunEventStore(RunEventStore):
         with lock_thread(self._paths(thread_id)) as held:
             return self._refreshed(held)
 
+    def _committed(self, thread_id: str) -> ThreadCache | None:
+        """``_current`` for a read-only store: what is committed, read without the lock."""
+        paths = self._paths(thread_id)
+        for _ in range(_UNLOCKED_TRIES):
+            state = peek_state(paths)
+            if state is None:
+                self._drop_cache(thread_id)
+                return None
+            cache = self._cache(thread_id)
+            if cache.matches(state) or cache.refresh_committed(paths, state):
+                return cache
+        raise _unreadable_state(paths)
+
     async def _read(self, thread_id: str, query: Callable[[ThreadCache], _T], default: _T) -> _T:
         return await asyncio.to_thread(self._read_sync, thread_id, query, default)
 
     def _read_sync(self, thread_id: str, query: Callable[[ThreadCache], _T], default: _T) -> _T:
         with self._local_lock(thread_id):
-            cache = self._current(thread_id)
+            cache = self._committed(thread_id) if self.read_only else self._current(thread_id)
             return default if cache is None else query(cache)
 
     # -- writes ------------------------------------------------------------------------------
@@ -349,6 +394,8 @@ class JsonlRunEventStore(RunEventStore):
                 for name in run_file_sizes(lt.paths):
                     (lt.paths.runs / name).unlink(missing_ok=True)
             delete_summaries(lt.paths, run_id, user_id)
+            # Again now it is done: a reader without the lock may have read it half done.
+            lt.mark_shrunk()
             return deleted
 
     # -- run summaries -----------------------------------------------------------------------
@@ -365,7 +412,7 @@ class JsonlRunEventStore(RunEventStore):
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
     ) -> dict[str, Any] | None:
-        summaries = await asyncio.to_thread(read_summaries, self._paths(thread_id))
+        summaries = await asyncio.to_thread(self._summaries, thread_id)
         summary = summaries.get(run_id)
         if summary is None or (user_id is not None and summary.get("user_id") != user_id):
             return None
@@ -374,8 +421,38 @@ class JsonlRunEventStore(RunEventStore):
     async def _list_run_summaries(
         self, thread_id: str, user_id: str | None
     ) -> list[dict[str, Any]]:
-        summaries = await asyncio.to_thread(read_summaries, self._paths(thread_id))
+        summaries = await asyncio.to_thread(self._summaries, thread_id)
         return [s for s in summaries.values() if user_id is None or s.get("user_id") == user_id]
+
+    def _summaries(self, thread_id: str) -> dict[str, dict[str, Any]]:
+        """The thread's committed summaries: a batch a dead writer left is finished first (or,
+        read-only, left out), as event reads do."""
+        paths = self._paths(thread_id)
+        if self.read_only:
+            return self._committed_summaries(paths)
+        if peek_state(paths) is None:
+            return {}  # never written: nothing to recover, and nothing to create
+        with self._locked([thread_id]):
+            return read_summaries(paths)
+
+    def _committed_summaries(self, paths: ThreadPaths) -> dict[str, dict[str, Any]]:
+        for _ in range(_UNLOCKED_TRIES):
+            before = peek_state(paths)
+            if before is None:
+                return {}
+            lines = read_summary_lines(paths)
+            after = peek_state(paths)  # after the lines, as ThreadCache.refresh_committed does
+            if steady(before, after):
+                skip = pending_sizes(paths, after).get(SUMMARIES_KEY)
+                return parse_summaries(paths, lines if skip is None else cut_lines(lines, 0, skip))
+        raise _unreadable_state(paths)
+
+
+def _unreadable_state(paths: ThreadPaths) -> OSError:
+    return OSError(
+        f"cannot read {paths.state} steadily: it is unreadable (a writable store rebuilds it) "
+        "or files keep shrinking under the reader"
+    )
 
 
 def _check_summary_owner(paths: ThreadPaths, summary: dict[str, Any]) -> None:

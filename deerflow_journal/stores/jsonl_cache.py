@@ -3,7 +3,9 @@
 A ``ThreadCache`` remembers how far it has read each run file and the thread's ``gen`` and
 ``epoch`` at that moment. While the state file shows the same ``gen`` the cache is current;
 when only ``gen`` moved, just the bytes appended since are read; when ``epoch`` moved (a delete
-or a rolled-back batch shrank files) everything is read again.
+or a rolled-back batch shrank files) everything is read again. A reader that may not write
+takes no lock (``refresh_committed``): it checks the state again after reading and leaves out
+what a batch still pending wrote.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from typing import Any
 import orjson
 
 from deerflow_journal.records import PendingEvent, RunEvent
-from deerflow_journal.stores.jsonl_files import ThreadState, read_lines, run_file_sizes
+from deerflow_journal.stores.jsonl_files import (
+    ThreadState,
+    cut_lines,
+    peek_state,
+    pending_sizes,
+    read_lines,
+    run_file_sizes,
+    steady,
+)
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
 from deerflow_journal.stores.seq_index import ThreadIndexes
 
@@ -140,23 +150,56 @@ class ThreadCache:
 
     def refresh(self, paths: ThreadPaths, state: ThreadState) -> None:
         """Read what changed on disk since the last refresh (call with the thread locked)."""
-        if self.matches(state):
-            return
+        if not self.matches(state):
+            self._take(self._read_new(paths, state), state.gen, state.epoch)
+
+    def refresh_committed(self, paths: ThreadPaths, before: ThreadState) -> bool:
+        """Like ``refresh``, without the lock, for a reader that may not recover the thread.
+
+        ``before`` is the state read just before. Lines a batch still pending wrote are left
+        out (its writer may have died: only a writer may roll it back). ``False``: files
+        shrank meanwhile or a state read was torn, so nothing was taken in; try again.
+        """
+        if before.gen < 0:
+            return False
+        read = self._read_new(paths, before)
+        after = peek_state(paths)  # after the lines: it names any batch they may belong to
+        if not steady(before, after):
+            return False
+        skip = pending_sizes(paths, after)
+        for name, (start, lines) in read.items():
+            if name in skip:
+                read[name] = (start, cut_lines(lines, start, skip[name]))
+        # While a batch is pending the cache matches no state: its commit keeps the same gen.
+        self._take(read, None if skip else after.gen, after.epoch)
+        return True
+
+    def _read_new(
+        self, paths: ThreadPaths, state: ThreadState
+    ) -> dict[str, tuple[int, list[bytes]]]:
+        """Each run file's complete lines past what the cache has read, with their offset
+        (after a reset if ``state`` shows files shrank)."""
         sizes = run_file_sizes(paths)
         if state.epoch != self.epoch or any(
             sizes.get(name, 0) < offset for name, offset in self.offsets.items()
         ):
             self._reset()
-        rows: list[Row] = []
+        read = {}
         for name, size in sizes.items():
             offset = self.offsets.get(name, 0)
             if size > offset:
-                rows.extend(self._read(paths, name, offset))
-        self._add(rows)
-        self.gen, self.epoch = state.gen, state.epoch
+                read[name] = (offset, read_lines(paths.runs / name, offset)[0])
+        return read
 
-    def _read(self, paths: ThreadPaths, name: str, offset: int) -> list[Row]:
-        lines, self.offsets[name] = read_lines(paths.runs / name, offset)
+    def _take(self, read: dict[str, tuple[int, list[bytes]]], gen: int | None, epoch: int) -> None:
+        rows: list[Row] = []
+        for name, (offset, lines) in read.items():
+            self.offsets[name] = offset + sum(map(len, lines))
+            rows.extend(self._parse(name, lines))
+        self._add(rows)
+        self.gen, self.epoch = gen, epoch
+
+    def _parse(self, name: str, lines: list[bytes]) -> list[Row]:
         rows = [Row.parse(line, self.thread_id) for line in lines]
         parsed = [row for row in rows if row is not None]
         if len(parsed) != len(rows):

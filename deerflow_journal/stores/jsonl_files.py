@@ -1,4 +1,4 @@
-"""Crash-safe file steps of the JSONL store: the thread lock, the state file and recovery.
+"""Crash-safe file steps of the JSONL store: the thread locks, the state file and recovery.
 
 A thread's ``state`` file holds a fixed-size header (last seq, ``gen``, ``epoch``, length of
 the pending record) followed by the pending record of the batch being written, if any. Each
@@ -12,6 +12,9 @@ threads also creates a marker under ``batches/`` before it begins and removes it
 commit point; recovery rolls a thread forward when the marker is gone and back when it is not.
 The marker lists the batch's threads, so the recovery that rolls back the last of them removes
 it: no thread that might still roll forward can see it go.
+
+A reader that may not write cannot recover: it reads without the lock and leaves out what a
+batch still pending added (``pending_sizes``), unless the batch is committed.
 """
 
 from __future__ import annotations
@@ -32,20 +35,28 @@ from filelock import lock_descriptor, unlock_descriptor
 from deerflow_journal.stores.jsonl_paths import RUN_SUFFIX, ThreadPaths
 
 __all__ = [
+    "SUMMARIES_KEY",
     "LockedThread",
     "ThreadState",
     "append_file",
     "create_batch_marker",
+    "cut_lines",
+    "hold_lock",
     "lock_thread",
+    "open_thread",
     "peek_state",
+    "pending_sizes",
     "prepare_append",
     "read_lines",
     "rewrite_file",
     "run_file_sizes",
+    "steady",
 ]
 
 logger = logging.getLogger(__name__)
 
+#: ``pending_sizes``'s key for the summaries file (never a run file name, which ends in .jsonl).
+SUMMARIES_KEY = "summaries"
 _HEADER = b"%020d %020d %020d %020d\n"
 _HEADER_SIZE = len(_HEADER % (0, 0, 0, 0))
 _LOCK_POLL_SECONDS = 0.001
@@ -99,6 +110,30 @@ def run_file_sizes(paths: ThreadPaths) -> dict[str, int]:
     return {e.name: e.stat().st_size for e in entries if e.name.endswith(RUN_SUFFIX)}
 
 
+def pending_sizes(paths: ThreadPaths, state: ThreadState) -> dict[str, int]:
+    """Each file's size before the batch ``state`` has pending (``SUMMARIES_KEY``: the
+    summaries'), where a reader without the lock stops; empty if none is, or it is committed."""
+    pending = state.pending
+    if pending is None or _is_committed(paths.base_dir, pending):
+        return {}
+    sizes = dict(pending.get("files", {}))
+    if isinstance(pending.get("summaries"), int):
+        sizes[SUMMARIES_KEY] = pending["summaries"]
+    return sizes
+
+
+def steady(before: ThreadState, after: ThreadState | None) -> bool:
+    """Whether no file shrank between two state reads made without the lock, neither torn."""
+    return after is not None and min(before.gen, after.gen) >= 0 and after.epoch == before.epoch
+
+
+def _is_committed(base_dir: Path, pending: dict[str, Any]) -> bool:
+    """Whether a pending batch reached its commit point (a batch spanning threads whose marker
+    is gone); a single-thread batch commits only when its pending record is cleared."""
+    marker = pending.get("batch")
+    return marker is not None and not (base_dir / "batches" / marker).exists()
+
+
 def read_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
     """Return the complete lines after ``offset`` (newline kept) and the offset past them.
 
@@ -113,6 +148,17 @@ def read_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
             lines.append(line)
             offset += len(line)
     return lines, offset
+
+
+def cut_lines(lines: list[bytes], offset: int, end: int) -> list[bytes]:
+    """The first of ``lines`` (read from ``offset`` on) that end by offset ``end``."""
+    kept = []
+    for line in lines:
+        offset += len(line)
+        if offset > end:
+            break
+        kept.append(line)
+    return kept
 
 
 def prepare_append(path: Path) -> int:
@@ -189,11 +235,17 @@ def _refers_to(state_path: Path, marker: str) -> bool:
 class LockedThread:
     """A thread whose lock is held: its state and the write steps that keep it crash-safe."""
 
-    def __init__(self, paths: ThreadPaths, state_fd: int) -> None:
+    def __init__(self, paths: ThreadPaths, state_fd: int | None) -> None:
+        """``state_fd``: the open state file, or ``None`` to open it for each step."""
         self.paths = paths
         self._fd = state_fd
+        fd = self._open_state()
         try:
-            self.state = _parse_state(os.pread(state_fd, os.fstat(state_fd).st_size, 0))
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
+        finally:
+            self._close_state(fd)
+        try:
+            self.state = _parse_state(data)
         except ValueError:
             logger.warning("rebuilding the unreadable state file %s", paths.state)
             # New counters no cache can hold, and the highest seq any line still carries.
@@ -203,13 +255,26 @@ class LockedThread:
         if self.state.pending is not None:
             self.recover()
 
+    def _open_state(self) -> int:
+        if self._fd is not None:
+            return self._fd
+        return os.open(self.paths.state, os.O_RDWR | os.O_CREAT, 0o644)
+
+    def _close_state(self, fd: int) -> None:
+        if fd != self._fd:
+            os.close(fd)
+
     def _save(self) -> None:
         state = self.state
         pending = b"" if state.pending is None else orjson.dumps(state.pending)
-        if pending:
-            os.pwrite(self._fd, pending, _HEADER_SIZE)
         header = _HEADER % (state.seq, state.gen, state.epoch, len(pending))
-        os.pwrite(self._fd, header, 0)
+        fd = self._open_state()
+        try:
+            if pending:
+                os.pwrite(fd, pending, _HEADER_SIZE)
+            os.pwrite(fd, header, 0)
+        finally:
+            self._close_state(fd)
 
     def begin(
         self, last_seq: int, sizes: dict[str, int], batch: Path | None, summaries: int | None
@@ -233,8 +298,7 @@ class LockedThread:
         """Finish a batch a dead writer left: forward if it was committed, else back."""
         pending = self.state.pending or {}
         marker = pending.get("batch")
-        committed = marker is not None and not (self.paths.base_dir / "batches" / marker).exists()
-        if committed:
+        if _is_committed(self.paths.base_dir, pending):
             self.state.gen += 1
             self.commit()
         else:
@@ -274,22 +338,44 @@ def _max_seq(paths: ThreadPaths) -> int:
 
 
 @contextlib.contextmanager
-def lock_thread(paths: ThreadPaths) -> Iterator[LockedThread]:
-    """Hold the thread's file lock (creating its directory) and yield it, recovered."""
-    paths.runs.mkdir(parents=True, exist_ok=True)
-    lock_fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o644)
+def hold_lock(path: Path) -> Iterator[None]:
+    """Hold the file lock ``path`` (one of ``locks/``, created if missing)."""
+    try:
+        lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         lock_descriptor(lock_fd, poll_interval=_LOCK_POLL_SECONDS)
         try:
-            state_fd = os.open(paths.state, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                yield LockedThread(paths, state_fd)
-            finally:
-                os.close(state_fd)
+            yield
         finally:
             unlock_descriptor(lock_fd)
     finally:
         os.close(lock_fd)
+
+
+@contextlib.contextmanager
+def open_thread(paths: ThreadPaths, *, keep_open: bool = True) -> Iterator[LockedThread]:
+    """Yield the thread, recovered (creating its directory); call with its lock held.
+
+    Without ``keep_open`` the state file is opened for each step, not held: a batch over
+    many threads then holds no file per thread.
+    """
+    paths.runs.mkdir(parents=True, exist_ok=True)
+    state_fd = os.open(paths.state, os.O_RDWR | os.O_CREAT, 0o644) if keep_open else None
+    try:
+        yield LockedThread(paths, state_fd)
+    finally:
+        if state_fd is not None:
+            os.close(state_fd)
+
+
+@contextlib.contextmanager
+def lock_thread(paths: ThreadPaths) -> Iterator[LockedThread]:
+    """Hold the thread's file lock and yield it, recovered."""
+    with hold_lock(paths.lock), open_thread(paths) as held:
+        yield held
 
 
 def rewrite_file(path: Path, lines: list[bytes]) -> None:

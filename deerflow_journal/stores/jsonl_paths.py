@@ -2,21 +2,27 @@
 
 Layout under the base dir::
 
-    threads/{thread}/lock              the per-thread lock file
+    locks/{stripe}                     the lock file of every thread in the stripe
     threads/{thread}/state             last seq, change counters, the batch in flight
     threads/{thread}/summaries.jsonl   run summaries, one per line, the last line wins
     threads/{thread}/runs/{run}.jsonl  one run's events, one record per line
     batches/{id}                       marks a batch spanning threads as not yet committed
 
 ``{thread}`` and ``{run}`` are ``encode_id`` of the real ids, which each record also carries.
+Threads share ``LOCK_STRIPES`` lock files (by a stable hash of ``{thread}``), so a batch over
+any number of threads holds a bounded number of open files.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from pathlib import Path
 
-__all__ = ["MAX_NAME_LENGTH", "RUN_SUFFIX", "ThreadPaths", "encode_id"]
+__all__ = ["LOCK_STRIPES", "MAX_NAME_LENGTH", "RUN_SUFFIX", "ThreadPaths", "encode_id"]
+
+#: How many lock files the threads share (at most this many are open for one batch).
+LOCK_STRIPES = 64
 
 #: Longest encoded name before it is shortened with a digest (file names allow 255 bytes).
 MAX_NAME_LENGTH = 120
@@ -59,15 +65,18 @@ def encode_id(value: str) -> str:
 class ThreadPaths:
     """The files of one thread under a base dir."""
 
-    __slots__ = ("base_dir", "dir", "lock", "runs", "state", "summaries", "thread_id")
+    __slots__ = ("base_dir", "dir", "lock", "runs", "state", "stripe", "summaries", "thread_id")
 
     def __init__(self, base_dir: Path, thread_id: str) -> None:
         self.base_dir = base_dir
         self.thread_id = thread_id
+        name = encode_id(thread_id)
         #: The thread's directory.
-        self.dir = base_dir / "threads" / encode_id(thread_id)
-        #: The file every writer of the thread locks.
-        self.lock = self.dir / "lock"
+        self.dir = base_dir / "threads" / name
+        #: The thread's lock stripe: the same in every process.
+        self.stripe = zlib.crc32(name.encode()) % LOCK_STRIPES
+        #: The file every writer of the thread locks, shared with the other threads of its stripe.
+        self.lock = base_dir / "locks" / str(self.stripe)
         #: The thread's last seq, change counters and the batch in flight.
         self.state = self.dir / "state"
         #: The thread's run summaries.

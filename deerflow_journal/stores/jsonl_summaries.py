@@ -14,7 +14,14 @@ from deerflow_journal.stores.jsonl_files import (
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
 
-__all__ = ["append_summary", "delete_summaries", "read_summaries", "summary_line"]
+__all__ = [
+    "append_summary",
+    "delete_summaries",
+    "parse_summaries",
+    "read_summaries",
+    "read_summary_lines",
+    "summary_line",
+]
 
 _NEWLINE = orjson.OPT_APPEND_NEWLINE
 
@@ -32,10 +39,19 @@ def append_summary(paths: ThreadPaths, summary: dict[str, Any]) -> None:
 
 def read_summaries(paths: ThreadPaths) -> dict[str, dict[str, Any]]:
     """The thread's summaries by run, in first-written order, each the last one written."""
+    return parse_summaries(paths, read_summary_lines(paths))
+
+
+def read_summary_lines(paths: ThreadPaths) -> list[bytes]:
+    """The complete lines of the thread's summaries file."""
     try:
-        lines, _ = read_lines(paths.summaries, 0)
+        return read_lines(paths.summaries, 0)[0]
     except FileNotFoundError:
-        return {}
+        return []
+
+
+def parse_summaries(paths: ThreadPaths, lines: list[bytes]) -> dict[str, dict[str, Any]]:
+    """The summaries ``lines`` hold by run, as ``read_summaries`` returns them."""
     summaries: dict[str, dict[str, Any]] = {}
     for line in lines:
         try:

@@ -61,11 +61,17 @@ class MemoryRunEventStore(RunEventStore):
     """Keeps events in process memory; paging is O(log n) through per-thread and per-run indexes.
 
     Content is kept as the normalised JSON text, so reads return exactly what the database
-    backends return.
+    backends return. ``read_only=True`` gives an empty store that refuses writes, a stand-in
+    for a read-only store of another backend.
     """
 
-    def __init__(self, *, max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT) -> None:
-        super().__init__(max_trace_content=max_trace_content)
+    def __init__(
+        self,
+        *,
+        max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        read_only: bool = False,
+    ) -> None:
+        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
         self._threads: dict[str, _Thread] = {}
         self._summaries: dict[tuple[str, str], dict[str, Any]] = {}
 

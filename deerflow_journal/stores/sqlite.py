@@ -11,6 +11,13 @@ thread. On the store's own connection an append is one call on aiosqlite's worke
 round trip), however many statements it runs, and a journal's write (events and run
 summaries) is one transaction. A caller's connection in implicit-transaction mode,
 ``put_if_absent`` and deletes take the statement-by-statement path, numbering rows in SQL.
+
+Opened ``read_only`` it neither migrates nor switches to WAL, and opens the file with
+``mode=ro``. A WAL database needs its ``-shm`` index to be read, and SQLite creates it beside
+the file when missing: where that cannot be (read-only media, a directory of another user) the
+file is opened ``immutable=1`` instead, unlocked and without reading the ``-wal`` file. That is
+sound when no writer has it open: the last writer to close folds the ``-wal`` file into the
+database and removes both, and a writer still open keeps the ``-shm`` index there for readers.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
 import threading
@@ -43,6 +51,8 @@ from deerflow_journal.summary import other_users_summary_error
 __all__ = ["BUSY_TIMEOUT_SECONDS", "ROWS_PER_STATEMENT", "SqliteRunEventStore"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 #: How long a writer waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -98,6 +108,8 @@ class SqliteRunEventStore(RunEventStore):
             ``aiosqlite.Connection`` that the caller owns: the store never closes it, and its
             writes commit on it, so do not hand in a connection holding uncommitted work.
         max_trace_content: byte limit of trace-category content (``None``: no limit).
+        read_only: only read: writes are refused, nothing is created or migrated, and the
+            file may be on storage this process cannot write (see the module docstring).
     """
 
     def __init__(
@@ -105,8 +117,9 @@ class SqliteRunEventStore(RunEventStore):
         path_or_conn: str | os.PathLike[str] | aiosqlite.Connection,
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(max_trace_content=max_trace_content)
+        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
         self._path: str | None
         self._db: aiosqlite.Connection | None
         if isinstance(path_or_conn, aiosqlite.Connection):
@@ -143,9 +156,10 @@ class SqliteRunEventStore(RunEventStore):
                 f"{sqlite3.sqlite_version}: upgrade Python or use another store"
             )
         if self._db is None:
-            self._db = await _open(self._path or "")
+            path = self._path or ""
+            self._db = await (_open_read_only(path) if self.read_only else _open(path))
         try:
-            await self._migrate()
+            await (self._check_schema() if self.read_only else self._migrate())
         except BaseException:
             await self._close()
             raise
@@ -169,10 +183,7 @@ class SqliteRunEventStore(RunEventStore):
             rows = await self._submit(_rows, "SELECT max(v) FROM run_event_migrations")
             current = -1 if rows[0][0] is None else rows[0][0]
             if current > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"the journal database has schema version {current}, newer than this "
-                    f"deerflow-journal knows ({SCHEMA_VERSION}): upgrade deerflow-journal"
-                )
+                raise _newer_schema_error(current)
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[version]:
                     await self._submit(_rows, statement)
@@ -181,6 +192,21 @@ class SqliteRunEventStore(RunEventStore):
                     "INSERT INTO run_event_migrations (v, applied_at) VALUES (?, ?)",
                     (version, datetime.now(UTC).isoformat()),
                 )
+
+    async def _check_schema(self) -> None:
+        """A read-only store's setup: the schema must be there and current, as it is read."""
+        rows = await self._fetch("SELECT 1 FROM sqlite_schema WHERE name = 'run_event_migrations'")
+        if rows:
+            rows = await self._fetch("SELECT max(v) FROM run_event_migrations")
+        current = -1 if not rows or rows[0][0] is None else rows[0][0]
+        if current > SCHEMA_VERSION:
+            raise _newer_schema_error(current)
+        if current < SCHEMA_VERSION:
+            found = "no journal schema" if current < 0 else f"schema version {current}"
+            raise RuntimeError(
+                f"the SQLite database {self._path or '(a given connection)'} has {found}, not "
+                f"version {SCHEMA_VERSION}: open it once without read_only to create or migrate it"
+            )
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -436,6 +462,39 @@ async def _open(path: str) -> aiosqlite.Connection:
     return db
 
 
+async def _open_read_only(path: str) -> aiosqlite.Connection:
+    """Open ``path`` to read only, creating nothing; ``immutable`` if its WAL index cannot be
+    made (see the module docstring)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no SQLite journal at {path}")
+    uri = Path(path).as_uri()
+    db = await _daemon_connection(f"{uri}?mode=ro", uri=True)
+    try:
+        # The first read opens the WAL index: where it cannot be made, this fails.
+        await db.execute_fetchall("SELECT count(*) FROM sqlite_schema")
+        return db
+    except sqlite3.OperationalError as exc:
+        await db.close()
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is None or code & 0xFF not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+            raise
+    with contextlib.suppress(OSError):
+        if os.path.getsize(f"{path}-wal"):
+            logger.warning(
+                "reading %s immutable: its WAL index cannot be created here, so what its "
+                "-wal file holds (a writer's work not yet folded in) is not seen",
+                path,
+            )
+    return await _daemon_connection(f"{uri}?immutable=1", uri=True)
+
+
+def _newer_schema_error(current: int) -> RuntimeError:
+    return RuntimeError(
+        f"the journal database has schema version {current}, newer than this "
+        f"deerflow-journal knows ({SCHEMA_VERSION}): upgrade deerflow-journal"
+    )
+
+
 async def _use_wal(db: aiosqlite.Connection) -> None:
     """Switch the file to WAL mode (kept in the file; a no-op once it is).
 
@@ -456,7 +515,7 @@ async def _use_wal(db: aiosqlite.Connection) -> None:
         delay = min(delay * 2, 0.1)
 
 
-def _daemon_connection(path: str) -> aiosqlite.Connection:
+def _daemon_connection(path: str, *, uri: bool = False) -> aiosqlite.Connection:
     """Build an aiosqlite connection whose worker thread cannot keep the interpreter alive.
 
     A thread inherits ``daemon`` from the thread that creates it, and aiosqlite creates its
@@ -465,7 +524,9 @@ def _daemon_connection(path: str) -> aiosqlite.Connection:
     built: list[aiosqlite.Connection] = []
 
     def build() -> None:
-        built.append(aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_SECONDS))
+        built.append(
+            aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_SECONDS, uri=uri)
+        )
 
     builder = threading.Thread(target=build, name="deerflow-journal-sqlite", daemon=True)
     builder.start()
