@@ -42,6 +42,8 @@ class RunSummary(BaseModel):
     message_count: int = 0
     last_ai_message: str | None = None
     first_human_message: str | None = None
+    #: Events of the run its store refused for good, dropped by the journal (logged at ERROR).
+    dropped_events: int = Field(default=0, ge=0)
 
     def to_json_dict(self) -> dict[str, Any]:
         """Return the summary as plain JSON values (timestamps as ISO-8601 strings)."""

@@ -14,20 +14,23 @@ tasks or futures, one at a time.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
+import uuid
 import weakref
-from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from deerflow_journal.journal.loops import on_background_loop, running_loop
 from deerflow_journal.journal.mapping import MessageDumps
 from deerflow_journal.records import (
     DEFAULT_MAX_TRACE_CONTENT,
+    EventRefused,
     decode_json,
     encode_json,
     normalise_event,
@@ -74,6 +77,15 @@ def _plain_event(event: dict[str, Any], dumps: MessageDumps) -> dict[str, Any]:
 async def _outcome(task: asyncio.Future[None]) -> None:
     await asyncio.wait([task])
     task.result()
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Events written together, under an id our stores record with them: a retry of a batch
+    the store took (its answer lost with the connection) writes nothing twice."""
+
+    events: list[dict[str, Any]]
+    batch_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 @dataclass(slots=True)
@@ -163,6 +175,10 @@ class EventBuffer:
         self.wait_timeout = wait_timeout
         self._lock = threading.Lock()
         self._events: list[dict[str, Any]] = []
+        #: A batch whose write failed in a way that may have stored it (retried first, alone).
+        self._unsure: _Batch | None = None
+        #: Told the events a store refused (after they are logged and dropped).
+        self.on_dropped: Callable[[list[dict[str, Any]]], None] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
         self._kick_at = threshold  # after a failed write: the next multiple of the threshold
@@ -212,7 +228,7 @@ class EventBuffer:
             self._start_locked(loop)
 
     def _pending_locked(self) -> bool:
-        return bool(self._events or self._summaries)
+        return bool(self._events or self._summaries or self._unsure)
 
     def _start_locked(self, loop: asyncio.AbstractEventLoop) -> _Write | None:
         if self._write is not None and self._write.is_dead():
@@ -259,8 +275,9 @@ class EventBuffer:
                 write.future.cancel()  # it puts its batch back, to be counted and kept
                 await asyncio.wait([write.future])
             with self._lock:
-                runs = sorted({str(event.get("run_id")) for event in self._events})
-                count, summaries = len(self._events), len(self._summaries)
+                events = self._unwritten_locked()
+                runs = sorted({str(event.get("run_id")) for event in events})
+                count, summaries = len(events), len(self._summaries)
             logger.error(
                 "journal could not write %d events of runs %s and %d run summaries before "
                 "its event loop closed (%r): call `await journal.flush()` before the "
@@ -275,32 +292,43 @@ class EventBuffer:
 
     async def _job(self) -> None:
         with self._lock:
-            events, self._events = self._events, []
+            # A batch that may have been stored goes first, under its id (a store that took
+            # it skips it), then what is pending.
+            queue = collections.deque([] if self._unsure is None else [self._unsure])
+            self._unsure = None
+            queue.append(_Batch(self._events))
+            self._events = []
             summaries = list(self._summaries.items())
             self._summaries.clear()
             close_after = self._close_when_empty
             self._close_when_empty = False
             self._drain = False  # this write takes everything a drain asked for
             taken = self._ticket
-        error: BaseException | None = None
-        while events or summaries:
+        retry = queue[0] if len(queue) > 1 else None
+        summaries_written = False
+        while queue:
+            batch = queue.popleft()
+            last = not queue
+            # The summaries go with the last events, and with a retried batch as before (a
+            # refused summary writes nothing of its batch); an upsert may repeat.
+            carried = summaries if last or batch is retry else []
+            if not batch.events and (not carried or summaries_written):
+                continue
             try:
-                await self._send(events, summaries)
-                error = None
-            except asyncio.CancelledError:
-                # Only its loop shutting down cancels a write: the store may or may not
-                # have taken the batch, so it is kept (written at least once).
-                self._requeue(events, summaries, close_after)
-                raise
+                written = await self._send(batch, carried)
+                summaries_written = summaries_written or (written and bool(carried))
             except BaseException as exc:
-                error = exc
-            valid = events if error is None else self._storable(events, error)
-            if len(valid) == len(events):
-                break
-            events = valid
-        if error is not None and (events or summaries):
-            self._requeue(events, summaries, close_after)
-            raise error
+                instead = self._refused(batch, carried, exc)
+                if instead is None:
+                    # A write that failed, or was cancelled with its loop, may or may not
+                    # have reached the store: it is retried first, under its id.
+                    self._requeue(batch, queue, summaries, close_after)
+                    raise
+                if last and not instead and batch.events:
+                    instead = [_Batch([])]  # the summaries still go
+                elif last and not batch.events:
+                    summaries = []
+                queue.extendleft(reversed(instead))
         try:
             if close_after:
                 await self.store._release()  # the journal's own store: reopens on use
@@ -308,35 +336,65 @@ class EventBuffer:
             with self._lock:
                 self._written_ticket = max(self._written_ticket, taken)
 
-    async def _send(
+    def _refused(
         self,
-        events: list[dict[str, Any]],
+        batch: _Batch,
         summaries: list[tuple[tuple[str, str], SummaryBuilder]],
-    ) -> None:
-        """Write the events and then the summaries.
+        error: BaseException,
+    ) -> list[_Batch] | None:
+        """What to write instead of ``batch`` if ``error`` says its store refused it (nothing
+        of it is stored then); ``None`` for any other failure.
 
-        Our own stores take both in one transaction, unless a subclass overrides one of the
-        public methods: it then sees every write, as any other store does. There, events a
-        ``put_batch`` took are removed from ``events``, so a failing summary is retried alone.
+        Events whose own normalisation fails are dropped at once; otherwise an
+        ``EventRefused`` batch is split until each refused event is found alone, and dropped.
         """
-        batch = [_timestamped(event) for event in events]
+        if not isinstance(error, ValueError | TypeError):
+            return None
+        unstorable = self._unstorable(batch.events)
+        if unstorable:
+            self._dropped([batch.events[i] for i in unstorable], error)
+            return [_Batch([e for i, e in enumerate(batch.events) if i not in unstorable])]
+        if not isinstance(error, EventRefused):
+            return None
+        if len(batch.events) > 1:
+            half = len(batch.events) // 2
+            return [_Batch(batch.events[:half]), _Batch(batch.events[half:])]
+        if batch.events:
+            self._dropped(batch.events, error)
+        elif summaries:
+            logger.error(
+                "journal dropped %d run summaries its store refused: %s", len(summaries), error
+            )
+        return []
+
+    async def _send(
+        self, batch: _Batch, summaries: list[tuple[tuple[str, str], SummaryBuilder]]
+    ) -> bool:
+        """Write the batch's events and then the summaries; False if the store had them.
+
+        Our own stores take both in one transaction under the batch's id, unless a subclass
+        overrides one of the public methods: it then sees every write, as any other store
+        does. There, events a ``put_batch`` took leave the batch, so a failing summary is
+        retried alone.
+        """
+        events = [_timestamped(event) for event in batch.events]
         built = [build() for _, build in summaries]
         if self._journal_batches:
-            await self.store._put_journal_batch(batch, built, MessageDumps())
-            return
-        if batch:
+            return await self.store._put_journal_batch(
+                events, built, MessageDumps(), batch.batch_id
+            )
+        if events:
             dumps = MessageDumps()
-            await self.store.put_batch([_plain_event(event, dumps) for event in batch])
-            events.clear()
+            await self.store.put_batch([_plain_event(event, dumps) for event in events])
+            batch.events.clear()
         for summary in built:
             await self.store.put_run_summary(summary)
+        return True
 
-    def _storable(self, events: list[dict[str, Any]], error: BaseException) -> list[dict[str, Any]]:
-        """The events of a batch that failed with ``error``, less those that never can be stored."""
-        if not isinstance(error, ValueError | TypeError):
-            return events
-        kept = []
-        for event in events:
+    def _unstorable(self, events: list[dict[str, Any]]) -> set[int]:
+        """The indexes of the events that cannot be stored by themselves."""
+        bad = set()
+        for index, event in enumerate(events):
             try:
                 normalise_event(
                     _timestamped(event),
@@ -345,25 +403,34 @@ class EventBuffer:
                     ),
                     default=MessageDumps(),
                 )
-            except (ValueError, TypeError) as exc:
-                logger.error(
-                    "journal dropped a %s event of run %s it can never store: %s",
-                    event.get("event_type"),
-                    event.get("run_id"),
-                    exc,
-                )
-            else:
-                kept.append(event)
-        return kept
+            except (ValueError, TypeError):
+                bad.add(index)
+        return bad
+
+    def _dropped(self, events: list[dict[str, Any]], error: BaseException) -> None:
+        for event in events:
+            logger.error(
+                "journal dropped a %s event of run %s its store can never store: %s",
+                event.get("event_type"),
+                event.get("run_id"),
+                error,
+            )
+        if self.on_dropped is not None:
+            self.on_dropped(events)  # their runs' summaries change: written next
+        with self._lock:
+            self._drain = True
 
     def _requeue(
         self,
-        events: list[dict[str, Any]],
+        batch: _Batch,
+        later: Iterable[_Batch],
         summaries: list[tuple[tuple[str, str], SummaryBuilder]],
         close_after: bool,
     ) -> None:
         with self._lock:
-            self._events[:0] = events
+            self._events[:0] = [event for part in later for event in part.events]
+            if batch.events:
+                self._unsure = batch
             newer = self._summaries
             self._summaries = dict(summaries)
             self._summaries.update(newer)
@@ -445,9 +512,13 @@ class EventBuffer:
                 if ours:
                     raise
 
+    def _unwritten_locked(self) -> list[dict[str, Any]]:
+        unsure = [] if self._unsure is None else self._unsure.events
+        return unsure + self._events
+
     def _log_unwritten(self, timeout: float) -> None:
         with self._lock:
-            events, summaries = len(self._events), len(self._summaries)
+            events, summaries = len(self._unwritten_locked()), len(self._summaries)
         logger.error(
             "journal gave up after %.1f s waiting for its store: a write is still in flight; "
             "%d more events and %d run summaries are not written",

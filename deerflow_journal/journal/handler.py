@@ -42,6 +42,10 @@ __all__ = ["RunJournal"]
 
 logger = logging.getLogger(__name__)
 
+#: How many recent runs a journal can still count refused events for (a write follows its
+#: run closely; a reusable journal must not grow with every run it saw).
+_RUNS_REMEMBERED = 64
+
 
 def _ms_since(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
@@ -145,6 +149,9 @@ class RunJournal(GraphCallbackHandler):
         self._latest: RunState | None = None
         self._next: RunState | None = None  # recorded before any run, without a fixed id
         self._outside: RunState | None = None  # recorded before any run, under the fixed id
+        # The latest runs by (thread id, run id), to count events their store refused.
+        self._bound: dict[tuple[str | None, str | None], RunState] = {}
+        self._dropped_events = 0
         self._workspace = (
             None if workspace_roots is None else WorkspaceTracker(workspace_roots, workspace_limits)
         )
@@ -162,6 +169,7 @@ class RunJournal(GraphCallbackHandler):
             flush_threshold=flush_threshold,
             progress=progress,
         )
+        self._writer.buffer.on_dropped = self._events_dropped
 
     # -- properties --------------------------------------------------------------------------
 
@@ -169,6 +177,12 @@ class RunJournal(GraphCallbackHandler):
     def event_store(self) -> RunEventStore | JournalStore:
         """The store events are written to."""
         return self._writer.store
+
+    @property
+    def dropped_events(self) -> int:
+        """How many events the store refused for good: each is logged at ERROR and counted in
+        its run's summary; the rest of its batch is written."""
+        return self._dropped_events
 
     @property
     def run_id(self) -> str | None:
@@ -195,6 +209,23 @@ class RunJournal(GraphCallbackHandler):
             self._writer.add(state, event)
         else:
             state.early.append(event)
+
+    def _bind(self, state: RunState) -> None:
+        """Remember a run just bound to its ids (the latest few)."""
+        self._bound[(state.thread_id, state.run_id)] = state
+        if len(self._bound) > _RUNS_REMEMBERED:
+            del self._bound[next(iter(self._bound))]
+
+    def _events_dropped(self, events: list[dict[str, Any]]) -> None:
+        """Count events the store refused, in the journal and in their runs' summaries."""
+        with self._lock:
+            self._dropped_events += len(events)
+            for event in events:
+                state = self._bound.get((event.get("thread_id"), event.get("run_id")))
+                if state is not None:
+                    state.dropped_events += 1
+                    if state.root is not None:  # a run of ours, not a fixed-id recorder's
+                        self._queue_summary(state)
 
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""
@@ -245,6 +276,7 @@ class RunJournal(GraphCallbackHandler):
                     sync=running_loop() is None,
                     user_id=current_user_id(),
                 )
+                self._bind(state)
             return self._outside
         if self._next is None:
             self._next = RunState()
@@ -342,6 +374,7 @@ class RunJournal(GraphCallbackHandler):
             run_id = self._run_id or str(root)
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
+            self._bind(state)
             state.workspace_before = snapshot
             self._runs[_key(root)] = self._latest = state
             if not sync and loop is not None:
@@ -958,6 +991,7 @@ class RunJournal(GraphCallbackHandler):
                 user_id=current_user_id(),
             )
             self._next, self._outside = None, waiting
+            self._bind(waiting)
             for event in early:
                 self._emit(waiting, event, detached=True)
 

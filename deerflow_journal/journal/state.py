@@ -120,6 +120,7 @@ class RunState:
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)
     message_count: int = 0
+    dropped_events: int = 0  # refused by the store for good
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
@@ -179,5 +180,6 @@ class RunState:
             ended_at=self.ended_at,
             duration_ms=self.duration_ms,
             error=self.error,
+            dropped_events=self.dropped_events,
             **self.completion_data(),
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -135,6 +136,36 @@ class JournalStore(Protocol):
 
     async def put_run_summary(self, summary: RunSummary) -> Any:
         """Insert or replace a run's summary."""
+
+
+#: How many journal batch ids a store remembers: the journal retries a batch whose write
+#: failed before any other write of its own, so only a store shared by many writers needs
+#: more than a few.
+BATCH_IDS_KEPT = 10_000
+
+
+class RecentBatchIds:
+    """The ids of the latest journal batches an in-process store took.
+
+    A retry always comes from the journal that sent the batch, through the same store
+    object, so memory and JSONL stores need to remember them only in memory.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[str, None] = {}
+        self._lock = threading.Lock()  # JSONL writes threads from several worker threads
+
+    def __contains__(self, batch_id: object) -> bool:
+        return batch_id in self._ids
+
+    def add(self, batch_id: str | None) -> None:
+        """Remember ``batch_id`` (if any), forgetting the oldest past ``BATCH_IDS_KEPT``."""
+        if batch_id is None:
+            return
+        with self._lock:
+            self._ids[batch_id] = None
+            if len(self._ids) > BATCH_IDS_KEPT:
+                del self._ids[next(iter(self._ids))]
 
 
 class RunEventStore(ABC):
@@ -442,18 +473,23 @@ class RunEventStore(ABC):
         events: Sequence[Mapping[str, Any]],
         summaries: Sequence[RunSummary],
         default: Callable[[Any], Any] = str,
-    ) -> None:
+        batch_id: str | None = None,
+    ) -> bool:
         """Append ``events`` and upsert ``summaries`` in one write, all or nothing.
 
         ``RunJournal``'s flush: normalised like ``put_batch`` (``default`` encodes the values
         JSON cannot hold) and ``put_run_summary``, but returns no records and is not shielded,
-        since the journal awaits it to the end itself.
+        since the journal awaits it to the end itself. A ``batch_id`` is recorded with the
+        write: a batch with an id the store took already writes nothing and returns False
+        (the journal retries a write whose answer was lost, say with its connection).
         """
         self._check_writable("write the journal's batch")
+        if batch_id is not None:
+            check_text(batch_id, "batch_id")
         pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
         data = [_summary_data(summary) for summary in summaries]
         await self._ready()
-        await self._append_with_summaries(pending, data)
+        return await self._append_with_summaries(pending, data, batch_id)
 
     # -- backend hooks -----------------------------------------------------------------------
 
@@ -473,10 +509,17 @@ class RunEventStore(ABC):
 
     @abstractmethod
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self,
+        events: list[PendingEvent],
+        summaries: list[dict[str, Any]],
+        batch_id: str | None = None,
+    ) -> bool:
         """Persist ``events`` as ``_append`` does and upsert ``summaries`` as
-        ``_put_run_summary`` does, in one atomic step: a refused summary writes nothing."""
+        ``_put_run_summary`` does, in one atomic step: a refused summary writes nothing.
+
+        With a ``batch_id`` among the last ``BATCH_IDS_KEPT`` recorded, write nothing and
+        return False; else record it in the same step and return True.
+        """
 
     @abstractmethod
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:

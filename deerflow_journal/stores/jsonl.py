@@ -40,7 +40,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent
-from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.base import (
+    AI_RESPONSE_EVENT_TYPES,
+    MessagePage,
+    RecentBatchIds,
+    RunEventStore,
+)
 from deerflow_journal.stores.jsonl_cache import Row, ThreadCache, encode_line
 from deerflow_journal.stores.jsonl_files import (
     SUMMARIES_KEY,
@@ -108,6 +113,7 @@ class JsonlRunEventStore(RunEventStore):
         # One in-process lock per lock file: memory does not grow with the threads.
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._guard = threading.Lock()
+        self._batch_ids = RecentBatchIds()
 
     async def _setup(self) -> None:
         await asyncio.to_thread(self._make_dirs)
@@ -215,13 +221,20 @@ class JsonlRunEventStore(RunEventStore):
             return self._write(held, events)
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
-        await asyncio.to_thread(self._append_with_summaries_sync, events, summaries)
+        self,
+        events: list[PendingEvent],
+        summaries: list[dict[str, Any]],
+        batch_id: str | None = None,
+    ) -> bool:
+        return await asyncio.to_thread(
+            self._append_with_summaries_sync, events, summaries, batch_id
+        )
 
     def _append_with_summaries_sync(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: str | None
+    ) -> bool:
+        if batch_id in self._batch_ids:
+            return False
         event_threads = {e.thread_id for e in events}
         with self._locked([*event_threads, *(s["thread_id"] for s in summaries)]) as held:
             for summary in summaries:  # refuse before anything is written
@@ -232,7 +245,8 @@ class JsonlRunEventStore(RunEventStore):
             for summary in summaries:
                 lines.setdefault(summary["thread_id"], []).append(summary_line(summary))
             if held:
-                self._write(held, events, lines)
+                self._write(held, events, lines, batch_id)
+        return True
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         return await asyncio.to_thread(self._append_if_absent_sync, event)
@@ -250,9 +264,10 @@ class JsonlRunEventStore(RunEventStore):
         held: dict[str, LockedThread],
         events: list[PendingEvent],
         summaries: dict[str, list[bytes]] | None = None,
+        batch_id: str | None = None,
     ) -> list[RunEvent]:
         """Assign seq and write ``events`` (and ``summaries`` lines, by thread) all or nothing,
-        with every thread in ``held`` locked."""
+        with every thread in ``held`` locked; ``batch_id`` is remembered once they are in."""
         last = {thread_id: lt.state.seq for thread_id, lt in held.items()}
         lines: dict[str, dict[str, list[bytes]]] = {thread_id: {} for thread_id in held}
         rows: dict[str, list[Row]] = {thread_id: [] for thread_id in held}
@@ -269,7 +284,7 @@ class JsonlRunEventStore(RunEventStore):
             rows[thread_id].append(Row.written(event, seq, line))
             records.append(event.record(seq))
         before = {thread_id: dataclasses.replace(lt.state) for thread_id, lt in held.items()}
-        sizes = self._commit(held, last, lines, summaries or {})
+        sizes = self._commit(held, last, lines, summaries or {}, batch_id)
         for thread_id, lt in held.items():
             with self._guard:
                 cache = self._caches.get(thread_id)
@@ -283,9 +298,11 @@ class JsonlRunEventStore(RunEventStore):
         last: dict[str, int],
         lines: dict[str, dict[str, list[bytes]]],
         summaries: dict[str, list[bytes]],
+        batch_id: str | None,
     ) -> dict[str, _Sizes]:
         """Write each thread's lines (run files, then summaries) all-or-nothing; return each
-        run file's size before and after."""
+        run file's size before and after. ``batch_id`` is remembered at the commit point, so
+        that nothing raising after it can make its retry write the batch twice."""
         paths = [lt.paths for lt in held.values()]
         marker = create_batch_marker(self.base_dir, paths) if len(held) > 1 else None
         begun: list[LockedThread] = []
@@ -297,6 +314,7 @@ class JsonlRunEventStore(RunEventStore):
                 begun[0].commit()
             else:
                 marker.unlink()
+            self._batch_ids.add(batch_id)
         except BaseException:
             for lt in begun:
                 lt.rollback()

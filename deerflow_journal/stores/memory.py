@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
-from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.base import (
+    AI_RESPONSE_EVENT_TYPES,
+    MessagePage,
+    RecentBatchIds,
+    RunEventStore,
+)
 from deerflow_journal.stores.seq_index import SeqIndex, ThreadIndexes
 from deerflow_journal.summary import other_users_summary_error
 
@@ -74,6 +79,7 @@ class MemoryRunEventStore(RunEventStore):
         super().__init__(max_trace_content=max_trace_content, read_only=read_only)
         self._threads: dict[str, _Thread] = {}
         self._summaries: dict[tuple[str, str], dict[str, Any]] = {}
+        self._batch_ids = RecentBatchIds()
 
     async def _setup(self) -> None:
         pass
@@ -113,14 +119,21 @@ class MemoryRunEventStore(RunEventStore):
         return [event.record(self._add(event)) for event in events]
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self,
+        events: list[PendingEvent],
+        summaries: list[dict[str, Any]],
+        batch_id: str | None = None,
+    ) -> bool:
+        if batch_id in self._batch_ids:
+            return False
         for summary in summaries:  # refuse before anything is written
             self._check_summary_owner(summary)
         for event in events:
             self._add(event)
         for summary in summaries:
             self._summaries[(summary["thread_id"], summary["run_id"])] = summary
+        self._batch_ids.add(batch_id)
+        return True
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)

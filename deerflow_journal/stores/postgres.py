@@ -37,7 +37,12 @@ from deerflow_journal.records import (
     encode_json,
     normalise_created_at,
 )
-from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.base import (
+    AI_RESPONSE_EVENT_TYPES,
+    BATCH_IDS_KEPT,
+    MessagePage,
+    RunEventStore,
+)
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MIGRATIONS", "PostgresRunEventStore"]
@@ -108,10 +113,19 @@ MIGRATIONS: tuple[str, ...] = (
     """INSERT INTO run_message_counts (thread_id, user_key, messages)
         SELECT thread_id, coalesce(user_id, ''), count(*) FROM run_events
         WHERE category = 'message' GROUP BY 1, 2""",
+    # The latest journal batch ids, recorded with their batch: a retried batch the database
+    # took already (its answer lost with the connection) is not written twice.
+    """CREATE TABLE run_journal_batches (
+        n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        batch_id text NOT NULL UNIQUE
+    )""",
 )
 
 _MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS run_event_migrations (
     v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"""
+_RECORD_BATCH = """INSERT INTO run_journal_batches (batch_id) VALUES (%s)
+    ON CONFLICT (batch_id) DO NOTHING RETURNING n"""
+_FORGET_OLD_BATCHES = "DELETE FROM run_journal_batches WHERE n <= %s"
 _SCHEMA_VERSION = "SELECT coalesce(max(v), -1) FROM run_event_migrations"
 # Advisory lock keys: one for migrations, and per thread a 64-bit hash of its id.
 _SETUP_LOCK_KEY = 0x6465657266_6A6E  # "deerf" "jn"
@@ -269,11 +283,21 @@ class PostgresRunEventStore(RunEventStore):
         return _assign_seqs(events, last_seqs)
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self,
+        events: list[PendingEvent],
+        summaries: list[dict[str, Any]],
+        batch_id: str | None = None,
+    ) -> bool:
         what = f"a journal write of {len(events)} events and {len(summaries)} run summaries"
         with _refusing(what):
             async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
+                if batch_id is not None:
+                    # Waits for a first attempt still in flight on a dropped connection.
+                    await cur.execute(_RECORD_BATCH, (batch_id,))
+                    recorded = await cur.fetchone()
+                    if recorded is None:
+                        return False
+                    await cur.execute(_FORGET_OLD_BATCHES, (recorded[0] - BATCH_IDS_KEPT,))
                 if events:
                     await _lock_threads(conn, {e.thread_id for e in events})
                     await cur.execute(_INSERT_BATCH, _batch_columns(events))
@@ -281,6 +305,7 @@ class PostgresRunEventStore(RunEventStore):
                     await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
                     if await cur.fetchone() is None:
                         raise other_users_summary_error(summary)
+        return True
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         with _refusing(_events_named([event])):

@@ -44,7 +44,12 @@ from deerflow_journal.records import (
     decode_json,
     encode_json,
 )
-from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, MessagePage, RunEventStore
+from deerflow_journal.stores.base import (
+    AI_RESPONSE_EVENT_TYPES,
+    BATCH_IDS_KEPT,
+    MessagePage,
+    RunEventStore,
+)
 from deerflow_journal.stores.sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 from deerflow_journal.summary import other_users_summary_error
 
@@ -297,10 +302,13 @@ class SqliteRunEventStore(RunEventStore):
         return _numbered(events, returned)
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self,
+        events: list[PendingEvent],
+        summaries: list[dict[str, Any]],
+        batch_id: str | None = None,
+    ) -> bool:
         async with self._transaction_lock:  # its BEGIN must not join another task's transaction
-            await self._submit(_write_journal_batch, events, summaries)
+            return await self._submit(_write_journal_batch, events, summaries, batch_id)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         while True:
@@ -559,16 +567,29 @@ def _insert_events(conn: sqlite3.Connection, events: list[PendingEvent]) -> list
 
 
 def _write_journal_batch(
-    conn: sqlite3.Connection, events: list[PendingEvent], summaries: list[dict[str, Any]]
-) -> None:
-    """Append ``events`` and upsert ``summaries`` in one transaction (in aiosqlite's thread)."""
+    conn: sqlite3.Connection,
+    events: list[PendingEvent],
+    summaries: list[dict[str, Any]],
+    batch_id: str | None,
+) -> bool:
+    """Append ``events`` and upsert ``summaries`` in one transaction (in aiosqlite's thread),
+    unless ``batch_id`` was written already; False then."""
     if conn.in_transaction:
         conn.commit()
     with _write_transaction(conn):
+        if batch_id is not None:
+            if conn.execute(_RECORD_BATCH, (batch_id,)).rowcount == 0:
+                return False
+            conn.execute(_FORGET_OLD_BATCHES, (BATCH_IDS_KEPT,))
         _insert_numbered(conn, events)
         for summary in summaries:
             if conn.execute(_UPSERT_SUMMARY_QUIETLY, _summary_params(summary)).rowcount != 1:
                 raise other_users_summary_error(summary)
+    return True
+
+
+_RECORD_BATCH = "INSERT OR IGNORE INTO run_journal_batches (batch_id) VALUES (?)"
+_FORGET_OLD_BATCHES = "DELETE FROM run_journal_batches WHERE n <= last_insert_rowid() - ?"
 
 
 @contextlib.contextmanager

@@ -82,6 +82,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             UNIQUE (thread_id, run_id)
         )""",
     ),
+    (
+        # The latest journal batch ids, recorded with their batch: a retried batch the
+        # database took already (its answer lost) is not written twice.
+        """CREATE TABLE run_journal_batches (
+            n INTEGER PRIMARY KEY,
+            batch_id TEXT NOT NULL UNIQUE
+        )""",
+    ),
 )
 
 #: The schema version a fully set-up database records.

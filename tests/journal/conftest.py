@@ -45,12 +45,13 @@ def journal_events_honour_the_contract(monkeypatch: pytest.MonkeyPatch) -> Itera
     original_journal_batch = RunEventStore._put_journal_batch
 
     async def checked_journal_batch(
-        self: RunEventStore, events: Any, summaries: Any, default: Any = str
-    ) -> None:
-        await original_journal_batch(self, events, summaries, default)
+        self: RunEventStore, events: Any, summaries: Any, default: Any = str, batch_id: Any = None
+    ) -> bool:
+        written = await original_journal_batch(self, events, summaries, default, batch_id)
         pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
         for seq, event in enumerate(pending, start=1):
             check(event.record(seq))
+        return written
 
     monkeypatch.setattr(RunEventStore, "_put_journal_batch", checked_journal_batch)
     yield written

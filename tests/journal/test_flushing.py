@@ -41,13 +41,13 @@ class FlakyStore(MemoryRunEventStore):
         self.failures = 0
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
+    ) -> bool:
         self.batches += 1
         if self.every and self.batches % self.every == 0:
             self.failures += 1
             raise ConnectionError(f"injected failure of batch {self.batches}")
-        await super()._append_with_summaries(events, summaries)
+        return await super()._append_with_summaries(events, summaries, batch_id)
 
 
 class GatedStore(MemoryRunEventStore):
@@ -60,13 +60,13 @@ class GatedStore(MemoryRunEventStore):
         self.max_active = 0
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
+    ) -> bool:
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
             await self.gate.wait()
-            await super()._append_with_summaries(events, summaries)
+            return await super()._append_with_summaries(events, summaries, batch_id)
         finally:
             self.active -= 1
 
@@ -287,11 +287,11 @@ class HungStore(MemoryRunEventStore):
     hung = True
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
+    ) -> bool:
         while self.hung:
             await asyncio.sleep(0.01)
-        await super()._append_with_summaries(events, summaries)
+        return await super()._append_with_summaries(events, summaries, batch_id)
 
 
 def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog, monkeypatch):
@@ -564,9 +564,9 @@ from tests.journal.agents import agent_graph, ai, scripted
 write = SqliteRunEventStore._append_with_summaries
 
 
-async def slow_write(self, events, summaries):
+async def slow_write(self, events, summaries, batch_id=None):
     await asyncio.sleep(0.2)  # a slow disk: the program ends before the write does
-    await write(self, events, summaries)
+    return await write(self, events, summaries, batch_id)
 
 
 SqliteRunEventStore._append_with_summaries = slow_write
@@ -642,14 +642,15 @@ class CallingBackStore(MemoryRunEventStore):
         self.called_back = False
 
     async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]]
-    ) -> None:
+        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
+    ) -> bool:
         while self.called_back and self.hung:
             await asyncio.sleep(0.01)
-        await super()._append_with_summaries(events, summaries)
+        written = await super()._append_with_summaries(events, summaries, batch_id)
         if self.other is not None and any(e.event_type == "run.end" for e in events):
             self.called_back = True
             tool_result(*self.other, 99)
+        return written
 
 
 def test_a_plain_invoke_waits_for_its_own_run_not_for_what_others_add_meanwhile(
