@@ -56,3 +56,52 @@ async def test_a_large_journal_write_numbers_each_thread_on_from_its_last_seq(st
         skip = 1 if thread_id in ("t0", "t1") else 0
         assert [e["content"]["i"] for e in stored[skip:]] == expected
         assert [e["seq"] for e in stored] == list(range(1, len(stored) + 1))
+
+
+async def test_a_batch_id_the_store_took_writes_nothing_the_second_time(store):
+    # The journal retries a batch whose answer was lost (a dropped connection after the
+    # commit): under its id, the retry must not write it twice.
+    first = RunSummary(thread_id="t", run_id="r", status="running")
+    assert await store._put_journal_batch([start_event("t", "r")], [first], batch_id="b1")
+    later = RunSummary(thread_id="t", run_id="r", status="success")
+    assert not await store._put_journal_batch([start_event("t", "r")], [later], batch_id="b1")
+    assert [e["seq"] for e in await store.list_events("t", "r")] == [1]
+    assert await store.get_run_summary("t", "r") == first
+    assert await store._put_journal_batch([start_event("t", "r")], [later], batch_id="b2")
+    assert [e["seq"] for e in await store.list_events("t", "r")] == [1, 2]
+    assert await store.get_run_summary("t", "r") == later
+
+
+async def test_a_refused_batch_leaves_its_id_unused(store):
+    await store.put_run_summary(RunSummary(thread_id="t", run_id="r", user_id="alice"))
+    bob = RunSummary(thread_id="t", run_id="r", user_id="bob")
+    with pytest.raises(PermissionError):
+        await store._put_journal_batch([start_event("t", "r", "bob")], [bob], batch_id="b1")
+    assert await store._put_journal_batch([start_event("t", "r", "bob")], [], batch_id="b1")
+    assert len(await store.list_events("t", "r", user_id=None)) == 1
+
+
+async def test_a_reopened_database_still_knows_the_batches_it_took(persistent_backend):
+    async with persistent_backend.make() as first:
+        assert await first._put_journal_batch([start_event("t", "r")], [], batch_id="b1")
+    async with persistent_backend.make() as second:
+        taken = not await second._put_journal_batch([start_event("t", "r")], [], batch_id="b1")
+        events = await second.list_events("t", "r")
+    # SQL databases record the ids with the batch; a JSONL store remembers them in memory,
+    # where the journal that sent the batch retries it.
+    assert taken == (persistent_backend.name in ("sqlite", "postgres"))
+    assert len(events) == (1 if taken else 2)
+
+
+async def test_a_store_remembers_only_the_latest_batch_ids(store, monkeypatch):
+    import deerflow_journal.stores.base as base
+    import deerflow_journal.stores.postgres as postgres
+    import deerflow_journal.stores.sqlite as sqlite
+
+    for module in (base, postgres, sqlite):
+        monkeypatch.setattr(module, "BATCH_IDS_KEPT", 2)
+    for n in range(4):
+        assert await store._put_journal_batch([start_event("t", "r")], [], batch_id=f"b{n}")
+    assert not await store._put_journal_batch([start_event("t", "r")], [], batch_id="b3")
+    assert not await store._put_journal_batch([start_event("t", "r")], [], batch_id="b2")
+    assert await store._put_journal_batch([start_event("t", "r")], [], batch_id="b1")  # forgotten

@@ -3,12 +3,14 @@
 Callbacks only append to memory: events whose content may still hold LangChain messages and
 whose ``created_at`` is a ``time.time()`` float. A write takes everything pending when it
 starts and sends it with the pending run summaries in one store write (messages encoded as
-their ``model_dump()``), all or nothing; if the store fails, all of it goes back to the front
-of the buffer, so nothing is lost, duplicated or reordered. An event that can never be stored
-(its normalisation raises ``ValueError``/``TypeError``) is dropped alone, logged at ERROR. A
-write cancelled with its event loop may or may not have reached the store: its batch is kept,
-so it is written at least once. Writes run on an event loop chosen by the caller, as tracked
-tasks or futures, one at a time.
+their ``model_dump()``), all or nothing, under a batch id our stores record with it. If the
+store fails, the batch is kept whole and retried first under the same id, so a batch whose
+answer was lost (a connection dropped after the commit, a write cancelled with its loop) is
+written once, and nothing is lost or reordered. A store that refuses an event for good
+(``EventRefused``, or the event's own normalisation fails) gets the rest of the batch: the
+batch is split until the refused events are found, and those are dropped, logged at ERROR and
+counted in their runs' summaries. Writes run on an event loop chosen by the caller, as
+tracked tasks or futures, one at a time.
 """
 
 from __future__ import annotations
@@ -346,7 +348,8 @@ class EventBuffer:
         of it is stored then); ``None`` for any other failure.
 
         Events whose own normalisation fails are dropped at once; otherwise an
-        ``EventRefused`` batch is split until each refused event is found alone, and dropped.
+        ``EventRefused`` batch is split (its summaries from its events first) until each
+        refused event, or the refused summaries, are found alone, and dropped.
         """
         if not isinstance(error, ValueError | TypeError):
             return None
@@ -356,6 +359,8 @@ class EventBuffer:
             return [_Batch([e for i, e in enumerate(batch.events) if i not in unstorable])]
         if not isinstance(error, EventRefused):
             return None
+        if summaries and batch.events:  # the events, or the summaries?
+            return [_Batch(batch.events), _Batch([])]
         if len(batch.events) > 1:
             half = len(batch.events) // 2
             return [_Batch(batch.events[:half]), _Batch(batch.events[half:])]

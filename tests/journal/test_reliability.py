@@ -1,0 +1,186 @@
+"""A journal whose store refuses an event, fails, or loses the answer to a write it took: the
+refused event is dropped alone and counted, a failing store is retried with nothing dropped,
+and a batch retried after its answer was lost is written once (on every backend)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import string
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.tools import tool
+
+from deerflow_journal import EventRefused, RunEventStore, RunJournal
+from tests.backends import PostgresBackend
+from tests.journal.agents import (
+    ONE_TOOL_CALL_SEQUENCE,
+    QUESTION,
+    agent_graph,
+    ai,
+    run_events,
+    scripted,
+    stored,
+)
+
+Write = Callable[..., Awaitable[bool]]
+
+
+@tool
+def fetch(url: str) -> str:
+    """Fetch a page."""
+    return f"the page at {url}: forbidden words"
+
+
+def fetching_graph() -> Any:
+    return agent_graph(
+        scripted(ai("", calls=[("fetch", {"url": "x"}, "f1")]), ai("Done.")), [fetch]
+    )
+
+
+def wrap_writes(store: RunEventStore, wrapper: Callable[[Write, Any, Any, Any], Awaitable[bool]]):
+    """Route the store's journal writes through ``wrapper(real_write, events, summaries, id)``:
+    the real backend writes, the wrapper adds the fault."""
+    real: Write = store._append_with_summaries
+
+    async def write(events: Any, summaries: Any, batch_id: Any = None) -> bool:
+        return await wrapper(real, events, summaries, batch_id)
+
+    store._append_with_summaries = write  # type: ignore[method-assign]
+
+
+def refusing(word: str) -> Callable[[Write, Any, Any, Any], Awaitable[bool]]:
+    """A store that refuses, as a database refuses a row, every batch holding a message with
+    ``word`` (as an index on message content would)."""
+
+    async def wrapper(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+        if any(e.category == "message" and word in e.content_json for e in events):
+            raise EventRefused(f"no {word!r} here")
+        return await real(events, summaries, batch_id)
+
+    return wrapper
+
+
+async def test_an_event_its_store_refuses_is_dropped_alone_and_counted(store, caplog):
+    wrap_writes(store, refusing("forbidden"))
+    journal = RunJournal(event_store=store, flush_threshold=1000)  # one batch for the run
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()  # does not raise: the rest of the batch is written
+    sequence, summary = await stored(journal)
+    assert sequence == [t for t in ONE_TOOL_CALL_SEQUENCE if t != "llm.tool.result"]
+    assert journal.dropped_events == 1 and summary.dropped_events == 1
+    assert "journal dropped a llm.tool.result event" in caplog.text
+    assert [r.levelno for r in caplog.records if "dropped" in r.message] == [logging.ERROR]
+
+    # The journal is not stuck: the next run is written whole.
+    await agent_graph(scripted(ai("Hello."))).ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert summary.dropped_events == 0 and journal.dropped_events == 1
+
+
+async def test_a_failing_store_is_retried_and_nothing_is_dropped(store, caplog):
+    failures = [ConnectionError("server closed the connection"), ValueError("pool is closing")]
+
+    async def flaky(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+        if failures:
+            raise failures.pop(0)
+        return await real(events, summaries, batch_id)
+
+    wrap_writes(store, flaky)
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    for _ in range(3):  # the run's own write at its end may take the first failure
+        try:
+            await journal.flush()
+            break
+        except (ConnectionError, ValueError):
+            pass
+    assert not failures
+    sequence, summary = await stored(journal)
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
+    assert journal.dropped_events == 0 and summary.dropped_events == 0
+    assert "dropped" not in caplog.text
+
+
+async def test_a_batch_whose_answer_was_lost_after_its_commit_is_written_once(store):
+    lost = [True]
+
+    async def commit_then_drop(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+        written = await real(events, summaries, batch_id)
+        if lost and events:
+            lost.pop()
+            raise ConnectionError("server closed the connection unexpectedly")
+        return written
+
+    wrap_writes(store, commit_then_drop)
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    with contextlib.suppress(ConnectionError):  # unless the run's own write at its end took it
+        await journal.flush()
+    assert not lost
+    # Meanwhile the journal records more for the run: it goes out with the retry, once.
+    journal.record_middleware(
+        "guardrail", name="Guard", hook="after_model", action="allow", changes={}
+    )
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == [*ONE_TOOL_CALL_SEQUENCE, "middleware:guardrail"]
+    assert summary.status == "success" and summary.message_count == 4
+
+
+async def test_a_summary_its_store_refuses_is_dropped_and_the_events_are_written(store, caplog):
+    async def refuse_summaries(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+        if summaries:
+            raise EventRefused("summary too large")
+        return await real(events, summaries, batch_id)
+
+    wrap_writes(store, refuse_summaries)
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    assert [e["event_type"] for e in await run_events(journal)] == ONE_TOOL_CALL_SEQUENCE
+    assert journal.dropped_events == 0
+    assert "journal dropped 1 run summaries its store refused" in caplog.text
+
+
+def _unindexable(length: int) -> str:
+    """Text too random to compress into a btree entry (2,704 bytes at most)."""
+    return "".join(random.Random(3).choices(string.ascii_letters + string.digits, k=length))
+
+
+CONTENT_INDEX = """CREATE INDEX by_content ON run_events ((content::text))
+    WHERE category = 'message'"""
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file."""
+    return _unindexable(4000)
+
+
+@pytest.mark.postgres
+async def test_a_row_postgresql_refuses_is_dropped_alone(tmp_path: Path, request, caplog):
+    # A real refusal: an index a DBA added on message content cannot hold this tool's output.
+    backend = PostgresBackend(tmp_path, request)
+    try:
+        async with backend.make() as store:
+            import psycopg
+
+            async with await psycopg.AsyncConnection.connect(backend.dsn, autocommit=True) as c:
+                await c.execute(CONTENT_INDEX)
+            journal = RunJournal(event_store=store, flush_threshold=1000)
+            model = scripted(ai("", calls=[("read_file", {"path": "a"}, "r1")]), ai("Read."))
+            await agent_graph(model, [read_file]).ainvoke(QUESTION, {"callbacks": [journal]})
+            await journal.flush()
+            sequence, summary = await stored(journal)
+        assert sequence == [t for t in ONE_TOOL_CALL_SEQUENCE if t != "llm.tool.result"]
+        assert summary.dropped_events == 1
+        assert "index row size" in caplog.text
+    finally:
+        await backend.cleanup()
