@@ -598,7 +598,8 @@ class RunJournal(GraphCallbackHandler):
         self, run_id: UUID, parent_run_id: UUID | None, caller: str
     ) -> RunState | None:
         """Time a model call; the caller's held tool errors can no longer be retried."""
-        state = self._own_run(run_id, parent_run_id)
+        # _own_run, inlined: this runs at every model call
+        state = self._runs.get(getattr(parent_run_id or run_id, "int", parent_run_id or run_id))
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[getattr(run_id, "int", run_id)] = (time.monotonic(), state.llm_calls)
@@ -683,7 +684,8 @@ class RunJournal(GraphCallbackHandler):
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
-            state = self._own_run(run_id, parent_run_id)
+            # _own_run, inlined: this runs at every model call
+            state = self._runs.get(getattr(parent_run_id or run_id, "int", parent_run_id or run_id))
             key = getattr(run_id, "int", run_id)
             if state is None or key in state.answered:
                 return
@@ -812,9 +814,10 @@ class RunJournal(GraphCallbackHandler):
     def _tool_run(self, key: Hashable, parent_run_id: UUID | None) -> RunState | None:
         """The run of an ending tool; a nested tool is forgotten, a root one is left for
         ``_end_run`` (call with the lock held)."""
+        runs = self._runs
         if parent_run_id is None:
-            return self._runs.get(key)
-        return self._runs.pop(key, None) or self._parent_run(parent_run_id)
+            return runs.get(key)
+        return runs.pop(key, None) or runs.get(getattr(parent_run_id, "int", parent_run_id))
 
     def _tool_failed(
         self,

@@ -399,16 +399,17 @@ def messages_in(outputs: Any) -> list[BaseMessage]:
     """The messages a chain's inputs or outputs carry at the top level.
 
     A message, a list of them, a ``Command`` update, or a state dict whose values are those
-    (what LangGraph nodes return). Nothing deeper is searched: this runs at every chain end.
+    (what LangGraph nodes return). Nothing deeper is searched.
     """
-    if isinstance(outputs, BaseModel) and not isinstance(outputs, BaseMessage):
-        outputs = dict(outputs)  # a pydantic graph state
-    if isinstance(outputs, Mapping):
-        found: list[BaseMessage] = []
-        for value in outputs.values():
-            found.extend(_message_list(value))
-        return found
-    return _message_list(outputs)
+    if type(outputs) is not dict:  # most are: no ABC checks for them
+        if isinstance(outputs, BaseModel) and not isinstance(outputs, BaseMessage):
+            outputs = dict(outputs)  # a pydantic graph state
+        elif not isinstance(outputs, Mapping):
+            return _message_list(outputs)
+    found: list[BaseMessage] = []
+    for value in outputs.values():
+        found.extend(_message_list(value))
+    return found
 
 
 def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
@@ -418,11 +419,13 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
     ``{"messages": ...}`` may hold anything LangGraph's ``add_messages`` takes; other keys
     count only for message objects; a ``Command`` counts for its update.
     """
-    if isinstance(inputs, Command):
+    if type(inputs) is dict:  # the common case: no ABC checks
+        pass
+    elif isinstance(inputs, Command):
         inputs = {"messages": _update_messages(inputs.update)}
     elif isinstance(inputs, BaseModel) and not isinstance(inputs, BaseMessage):
         inputs = dict(inputs)  # a pydantic graph state
-    if isinstance(inputs, Mapping):
+    if type(inputs) is dict or isinstance(inputs, Mapping):
         objects = [m for k, v in inputs.items() if k != "messages" for m in _message_list(v)]
         inputs = inputs.get("messages")
     else:
