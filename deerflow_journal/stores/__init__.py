@@ -61,10 +61,7 @@ def open_store(url: str | None = None, *, read_only: bool = False, **options: An
         if from_env:  # the caller passed no URL: tell them where the bad one came from
             raise ValueError(f"{exc} (from ${STORE_URL_ENV})") from None
         raise
-    if read_only and class_name == "PostgresRunEventStore":
-        module_name = "deerflow_journal.stores.postgres_read_only"
-        class_name = "ReadOnlyPostgresRunEventStore"
-    elif read_only:
+    if read_only:
         options["read_only"] = True
     store_class = getattr(importlib.import_module(module_name), class_name)
     return store_class(*args, **options)

@@ -20,6 +20,7 @@ from typing import Any, Self
 
 try:
     from psycopg import AsyncConnection, AsyncCursor, Capabilities, DataError, Error
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg.rows import TupleRow, tuple_row
     from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:
@@ -196,6 +197,10 @@ class PostgresRunEventStore(RunEventStore):
             of LangGraph's ``AsyncPostgresSaver``; the store never closes a pool it was given
             and does not depend on its connections' autocommit or row factory settings.
         max_trace_content: Byte limit for trace-category content (``None``: no limit).
+        read_only: Only read: every write and delete raises ``ReadOnlyStoreError``, setup never
+            migrates (it says so when the schema is missing or old), and the sessions of a
+            pool the store opens run read-only, so the server refuses writes too; a pool it is
+            given stays as the caller made it.
     """
 
     def __init__(
@@ -203,14 +208,15 @@ class PostgresRunEventStore(RunEventStore):
         dsn_or_pool: str | AsyncConnectionPool,
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(max_trace_content=max_trace_content)
+        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
         self._probed = False
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             self._dsn: str | None = None
             self._pool: AsyncConnectionPool | None = dsn_or_pool
         elif isinstance(dsn_or_pool, str) and dsn_or_pool:
-            self._dsn = dsn_or_pool
+            self._dsn = _read_only_dsn(dsn_or_pool) if read_only else dsn_or_pool
             self._pool = None
         else:
             raise TypeError(
@@ -243,10 +249,18 @@ class PostgresRunEventStore(RunEventStore):
             # Set up already: no lock and no DDL, which a read-only session or a role that
             # may only read and write rows cannot run.
             await cur.execute("SELECT to_regclass('run_event_migrations') IS NOT NULL")
+            version = -1
             if (await cur.fetchone() or (False,))[0]:
                 await cur.execute(_SCHEMA_VERSION)
-                if (await cur.fetchone() or (-1,))[0] >= len(MIGRATIONS) - 1:
-                    return
+                version = (await cur.fetchone() or (-1,))[0]
+        if version >= len(MIGRATIONS) - 1:
+            return
+        if self.read_only:
+            found = "no journal schema" if version < 0 else f"journal schema version {version}"
+            raise RuntimeError(
+                f"the PostgreSQL database has {found} (on its search_path), not version "
+                f"{len(MIGRATIONS) - 1}: open it once without read_only to create or migrate it"
+            )
         async with self._connection() as (conn, cur), _atomic(conn):
             await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
             await cur.execute(_MIGRATIONS_TABLE)
@@ -558,3 +572,10 @@ def _decode(text: str) -> Any:
         # Rows written as jsonb (before the json columns) spell floats as long decimals, and
         # orjson reads one near the limit as infinity.
         return json.loads(text)
+
+
+def _read_only_dsn(dsn: str) -> str:
+    """``dsn`` with read-only transactions by default, keeping any ``options`` it has."""
+    options = conninfo_to_dict(dsn).get("options")
+    read_only = "-c default_transaction_read_only=on"
+    return make_conninfo(dsn, options=f"{options} {read_only}" if options else read_only)
