@@ -23,12 +23,8 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from deerflow_journal import (
-    WorkspaceChangeLimits,
-    WorkspaceRoot,
-    compare_workspace_snapshots,
-    scan_workspace,
-)
+from deerflow_journal import WorkspaceChangeLimits, WorkspaceRoot
+from deerflow_journal.workspace import compare_workspace_snapshots, scan_workspace
 
 HOUR_NS = 3600 * 10**9
 _opened: list[str] | None = None

@@ -9,7 +9,6 @@ import jsonschema
 import pytest
 from jsonschema import Draft202012Validator
 
-import deerflow_journal
 from deerflow_journal import catalog
 from deerflow_journal.catalog import (
     FIXED_RUN_EVENT_DEFINITIONS,
@@ -154,11 +153,6 @@ def test_pattern_builds_names_within_the_suffix_limit():
 def test_pattern_rejects_a_category_over_the_limit():
     with pytest.raises(ValueError, match="category"):
         RunEventPattern("x:{s}", "x:", "c" * 17)
-
-
-def test_catalog_names_are_importable_from_the_top_level():
-    for name in catalog.__all__:
-        assert getattr(deerflow_journal, name) is getattr(catalog, name)
 
 
 RUN_END_RECORD = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import json
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 import deerflow_journal
+from deerflow_journal import catalog, records, subagent, workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,16 +57,102 @@ def test_the_contract_is_one_file_in_the_source_tree():
     assert copies == [ROOT / "contracts" / "run_event_stream_contract.json"]
 
 
-def test_every_public_name_is_importable_and_documented():
+def own_docstring(value: Any) -> str | None:
+    """The docstring ``value`` itself declares (not a base class's, nor a dataclass's repr)."""
+    if inspect.isclass(value):
+        doc = vars(value).get("__doc__")
+        if doc and doc.startswith(f"{value.__name__}("):  # what @dataclass makes up
+            return None
+        return doc
+    return value.__doc__
+
+
+def test_every_public_name_has_a_summary_line_or_is_a_constant():
     for name in deerflow_journal.__all__:
         value = getattr(deerflow_journal, name)
-        if inspect.isclass(value) or inspect.isfunction(value):
-            doc = inspect.getdoc(value)
+        if inspect.isclass(value) or inspect.isroutine(value):
+            doc = own_docstring(value)
             assert doc and doc.strip(), f"{name} has no docstring"
+            lines = inspect.cleandoc(doc).splitlines()
+            assert lines[0].strip(), f"{name}'s docstring does not start with a summary line"
+            assert len(lines) == 1 or not lines[1].strip(), f"{name}: one summary line first"
+        else:
+            assert name.isupper() and not callable(value), (
+                f"{name} is neither documented nor a constant"
+            )
 
 
 def test_all_has_no_duplicates():
     assert len(set(deerflow_journal.__all__)) == len(deerflow_journal.__all__)
+
+
+def test_all_is_one_literal_list_that_nothing_changes():
+    source = (ROOT / "deerflow_journal" / "__init__.py").read_text()
+    tree = ast.parse(source)
+    assignments = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        and any(
+            isinstance(target, ast.Name) and target.id == "__all__"
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+    ]
+    assert len(assignments) == 1 and isinstance(assignments[0], ast.Assign)
+    listed = assignments[0].value
+    assert isinstance(listed, ast.List)
+    assert all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in listed.elts)
+    # No `__all__.append(...)`, `.remove(...)`, `+=` or `del __all__[...]` anywhere.
+    uses = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name)
+        and node.id == "__all__"
+        and not isinstance(node.ctx, ast.Store)
+    ]
+    assert uses == []
+    assert deerflow_journal.__all__ == [e.value for e in listed.elts]
+
+
+def test_star_import_gives_exactly_all():
+    namespace: dict[str, Any] = {}
+    exec("from deerflow_journal import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(deerflow_journal.__all__)
+
+
+def test_catalog_names_are_importable_from_the_top_level():
+    for name in catalog.__all__:
+        assert getattr(deerflow_journal, name) is getattr(catalog, name)
+    from deerflow_journal import MIDDLEWARE_GUARDRAIL_TAG, RUN_START_EVENT
+
+    assert RUN_START_EVENT.event_type == "run.start"
+    assert MIDDLEWARE_GUARDRAIL_TAG == "guardrail"
+
+
+def test_postgres_store_is_importable_from_the_top_level_and_listed_by_dir():
+    pytest.importorskip("psycopg")
+    from deerflow_journal import PostgresRunEventStore
+    from deerflow_journal.stores.postgres import PostgresRunEventStore as in_its_module
+
+    assert PostgresRunEventStore is in_its_module
+    assert "PostgresRunEventStore" in dir(deerflow_journal)
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("normalise_event", records),
+        ("normalise_batch", records),
+        ("scan_workspace", workspace),
+        ("diff_workspace", workspace),
+        ("compare_workspace_snapshots", workspace),
+        ("build_subagent_step", subagent),
+        ("truncate_step_text", subagent),
+    ],
+)
+def test_building_blocks_live_in_their_modules_only(name, module):
+    assert not hasattr(deerflow_journal, name)
+    assert name in module.__all__ and callable(getattr(module, name))
 
 
 def load_dev() -> Any:

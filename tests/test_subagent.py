@@ -9,19 +9,21 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from deerflow_journal import (
     SUBAGENT_END_EVENT,
-    SUBAGENT_EVENT_CATEGORY,
     SUBAGENT_START_EVENT,
     SUBAGENT_STEP_EVENT,
-    SUBAGENT_STEP_MAX_CHARS,
     RunEventStore,
-    build_subagent_step,
     capture_new_step_messages,
     capture_step_message,
     subagent_run_event,
-    truncate_step_text,
     validate_event,
 )
 from deerflow_journal.records import encode_json
+from deerflow_journal.subagent import (
+    SUBAGENT_EVENT_CATEGORY,
+    SUBAGENT_STEP_MAX_CHARS,
+    build_subagent_step,
+    truncate_step_text,
+)
 
 LIMIT = SUBAGENT_STEP_MAX_CHARS
 USAGE = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}

@@ -17,17 +17,19 @@ import pytest
 
 from deerflow_journal import (
     WORKSPACE_CHANGES_EVENT,
-    WORKSPACE_DIFF_UNAVAILABLE_REASONS,
     RunEventStore,
     WorkspaceChangeLimits,
     WorkspaceRoot,
     WorkspaceSnapshot,
     capture_workspace_snapshot,
+    record_workspace_changes,
+    validate_event,
+)
+from deerflow_journal.workspace import (
+    WORKSPACE_DIFF_UNAVAILABLE_REASONS,
     compare_workspace_snapshots,
     diff_workspace,
-    record_workspace_changes,
     scan_workspace,
-    validate_event,
 )
 from deerflow_journal.workspace_diff import cut_diff, decode_text, unified_diff
 
