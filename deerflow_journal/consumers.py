@@ -1,4 +1,4 @@
-"""Read helpers for the seed's consumers: thread history, memory audit, workspace review."""
+"""Read helpers for a journal's readers: thread history, memory audit, workspace review."""
 
 from __future__ import annotations
 

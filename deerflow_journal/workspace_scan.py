@@ -103,7 +103,8 @@ class WorkspaceChangeLimits:
     max_scanned_files: int = 2000
     max_file_bytes_for_diff: int = 256 * 1024
     max_total_diff_bytes: int = 1024 * 1024
-    #: Total bytes of before-content a snapshot keeps for diffs (beyond the seed's limits).
+    #: Total bytes of before-content a snapshot keeps for diffs (a limit the contract's
+    #: ``limits`` object does not list; the event carries it as an extra field).
     max_snapshot_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:

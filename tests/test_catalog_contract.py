@@ -28,6 +28,7 @@ from deerflow_journal.contract import load_contract, validate_event
 ROOT = Path(__file__).resolve().parent.parent
 # The upstream contract we stay wire-compatible with, kept verbatim as test data.
 UPSTREAM = Path(__file__).resolve().parent / "data" / "upstream_run_event_stream_contract.json"
+# The events this package writes beyond that upstream contract, the one it grew from.
 BEYOND_SEED = {"run.interrupt", "run.resume", "tool.error", "tool.unresolved"}
 
 
@@ -89,6 +90,7 @@ def test_legacy_alias_is_in_the_contract_and_never_a_catalog_event(contract):
 
 
 def test_seed_events_keep_the_upstream_names_categories_and_schemas(contract):
+    """The upstream contract's events keep their names, categories and schemas here."""
     upstream = json.loads(UPSTREAM.read_text())
     ours = {e["event_type"]: e for e in contract["events"]}
     for event in upstream["events"]:

@@ -1,4 +1,4 @@
-"""Consumer read helpers over every backend (SPEC §8)."""
+"""Consumer read helpers (visible messages, memory digests, workspace changes) on each backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The shared normalisation (SPEC §3) and ``open_store`` URL handling (SPEC §4)."""
+"""The normalisation every store runs before a backend writes, and ``open_store`` URL handling."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The store contract (SPEC §3 to §4), run unchanged against every backend in ``BACKENDS``."""
+"""The store contract (``RunEventStore``'s invariants in ``stores/base.py``), run unchanged
+against every backend in ``BACKENDS``."""
 
 from __future__ import annotations
 

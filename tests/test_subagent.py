@@ -1,4 +1,4 @@
-"""Subagent ``task_*`` chunks become ``subagent.*`` events (SPEC §6)."""
+"""Subagent ``task_*`` chunks become ``subagent.*`` events (see docs/events.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""A real LangGraph run whose tool is a subagent graph streaming ``task_*`` chunks (SPEC §6).
+"""A real LangGraph run whose tool is a subagent graph streaming ``task_*`` chunks.
 
 The parent graph's caller consumes ``stream_mode="custom"`` and persists the mapped chunks with
-``put_batch``, the path users take without a journal.
+``put_batch``, the path users take without a journal. The ``subagent.*`` events they become are
+described in docs/events.md.
 """
 
 from __future__ import annotations

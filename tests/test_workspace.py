@@ -1,4 +1,4 @@
-"""Workspace snapshots and ``workspace_changes`` events (SPEC §7)."""
+"""Workspace snapshots and ``workspace_changes`` events (see docs/events.md)."""
 
 from __future__ import annotations
 

@@ -858,7 +858,8 @@ class RunJournal(GraphCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Journal ``task_*`` subagent chunks dispatched as custom events (SPEC §6)."""
+        """Journal ``task_*`` subagent chunks dispatched as custom events: they become
+        ``subagent.*`` events (see docs/events.md)."""
         chunk = mapping.task_chunk(name, data)
         event = None if chunk is None else subagent_run_event(chunk)
         if event is None:

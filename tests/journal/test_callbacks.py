@@ -1,4 +1,5 @@
-"""The journal's callback rules with real models, tools and graphs (SPEC §5.1-§5.3)."""
+"""The journal's callback rules (which callback writes which event, see docs/events.md) with
+real models, tools and graphs."""
 
 from __future__ import annotations
 

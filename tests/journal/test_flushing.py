@@ -1,4 +1,5 @@
-"""Flushing and durability (SPEC §5.6): buffering, one write at a time, faults, threads."""
+"""Flushing and durability (the buffer and writer, see docs/architecture.md): buffering, one
+write at a time, faults, threads."""
 
 from __future__ import annotations
 

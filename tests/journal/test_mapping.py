@@ -1,4 +1,5 @@
-"""The pure mapping rules of SPEC §5.1-§5.5, one test per rule (no journal, no store)."""
+"""The pure callback-to-event rules of ``journal/mapping.py``, one test per rule (no journal,
+no store); the events are described in docs/events.md."""
 
 from __future__ import annotations
 

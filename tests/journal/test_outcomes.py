@@ -1,4 +1,5 @@
-"""Tool-call outcomes (SPEC §5.5) on their own: one outcome per call, the last attempt decides."""
+"""Tool-call outcomes on their own: one outcome per call (``llm.tool.result``, ``tool.error`` or
+``tool.unresolved``), the last attempt decides."""
 
 from __future__ import annotations
 

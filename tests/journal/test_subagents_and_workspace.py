@@ -1,4 +1,5 @@
-"""Subagent chunks (SPEC §5.1 last rule, §6) and workspace changes (§7) through the journal."""
+"""Subagent chunks (custom events and recorders) and workspace changes (``workspace_roots``)
+through the journal; the events they become are in docs/events.md."""
 
 from __future__ import annotations
 

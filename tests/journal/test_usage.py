@@ -1,4 +1,4 @@
-"""Token accounting (SPEC §5.2) on its own: buckets, details, dedup and external records."""
+"""Run summaries' token accounting on its own: buckets, details, dedup and external records."""
 
 from __future__ import annotations
 
