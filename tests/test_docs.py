@@ -12,8 +12,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from deerflow_journal import normalise_event, validate_event
+from deerflow_journal import validate_event
 from deerflow_journal.catalog import FIXED_RUN_EVENT_DEFINITIONS, MIDDLEWARE_EVENT_PATTERN
+from deerflow_journal.records import normalise_event
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATOR = ROOT / "docs" / "generate.py"
