@@ -100,9 +100,10 @@ class RunJournal(GraphCallbackHandler):
             ``put_run_summary`` methods, or a store URL. ``None`` or a URL opens
             ``open_store(url)`` (``None``: the default URL); the journal then owns that
             store, runs it on its background loop and closes it when a run ends and on
-            ``aclose()``/``close()``. A store passed in belongs to the caller
-            and is used on the loop the callbacks run on (under a plain ``invoke`` with no
-            loop, on the journal's background loop, so it must not be tied to another loop).
+            ``aclose()``/``close()``. A store passed in belongs to the caller and is used on
+            the loop it was set up on while that loop runs (a plain ``invoke`` in a worker
+            thread beside it included), else on the loop the callbacks run on, else on the
+            journal's background loop.
         track_token_usage: Count tokens (``False`` leaves every token figure at zero).
         flush_threshold: Write a batch in the background once this many events are pending.
         progress_reporter: Async callable receiving ``get_completion_data()`` snapshots.

@@ -45,8 +45,9 @@ class JournalWriter:
     """Writes one journal's events, one background batch at a time.
 
     A store the journal opened itself always runs on the journal's background loop. A store
-    passed in runs on the loop the callbacks run on; code that must block (a plain ``invoke``,
-    ``close()``) uses the caller's loop from another thread, else the background loop.
+    passed in runs on the loop it was set up on while that loop runs (its pool or locks belong
+    to it), else on the loop the callbacks run on; code that must block (a plain ``invoke``,
+    ``close()``) uses one of those loops from another thread, else the background loop.
 
     Args:
         store: Where events go.
@@ -85,12 +86,24 @@ class JournalWriter:
 
     # -- loops -------------------------------------------------------------------------------
 
+    def store_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop a store passed in was set up on, else ``None``."""
+        # A psycopg pool hands out connections through tasks and conditions of the loop that
+        # opened it: used from another loop, a waiting write is never woken.
+        store = self.store
+        loop = store._setup_loop if isinstance(store, RunEventStore) else None
+        if self.owns_store or loop is None or not loop.is_running():
+            return None
+        return loop
+
     def blocking_loop(self) -> asyncio.AbstractEventLoop:
-        """A loop this thread may block on: the caller's loop in another thread, else ours."""
+        """A loop this thread may block on: the store's or the caller's loop in another
+        thread, else ours."""
         if not self.owns_store:
-            home = self.home_loop
-            if home is not None and home.is_running() and home is not running_loop():
-                return home
+            current = running_loop()
+            for home in (self.store_loop(), self.home_loop):
+                if home is not None and home.is_running() and home is not current:
+                    return home
         return background_loop()
 
     def caller_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
@@ -104,7 +117,9 @@ class JournalWriter:
 
     def write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:
         """The loop a run's background writes go to (``sync``: the run is a plain ``invoke``)."""
-        return background_loop() if self.owns_store else self.caller_loop(sync)
+        if self.owns_store:
+            return background_loop()
+        return (None if sync else self.store_loop()) or self.caller_loop(sync)
 
     # -- memory only (called under the journal's lock) -----------------------------------
 
@@ -143,7 +158,7 @@ class JournalWriter:
             self.buffer.close_store_when_empty()
         trailing = None if self.progress is None else self.progress.finish(loop)
         if not state.sync:
-            self.buffer.drain(background_loop() if self.owns_store else loop)
+            self.buffer.drain(background_loop() if self.owns_store else self.store_loop() or loop)
             return
         started = time.monotonic()
         self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout)

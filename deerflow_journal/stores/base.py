@@ -191,6 +191,8 @@ class RunEventStore(ABC):
         self._is_setup = False
         self._closed = False
         self._setup_lock: asyncio.Lock | None = None
+        #: The loop the store was set up on: what it opened (a pool, locks) belongs to it.
+        self._setup_loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -211,6 +213,7 @@ class RunEventStore(ABC):
                     raise
                 self._is_setup = True
                 self._closed = False
+                self._setup_loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
         """Release what the store opened itself (never a connection or pool it was given)."""
@@ -223,6 +226,7 @@ class RunEventStore(ABC):
         await self._close()
         self._is_setup = False
         self._setup_lock = None  # bound to this event loop; the store may reopen in another
+        self._setup_loop = None
 
     async def __aenter__(self) -> Self:
         await self.setup()

@@ -8,15 +8,17 @@ columns, which keep the normalised text verbatim (``jsonb`` would reorder keys a
 into 0), so they read back as on every other backend. Statement triggers keep per-thread,
 per-user message counts, so ``count_messages`` does not grow with the thread. A row PostgreSQL
 can never hold (a data exception, a program limit such as an index entry's size) is refused
-with ``EventRefused``; other errors, a lost connection say, pass through as psycopg raised them.
+with ``EventRefused``. A connection the server closed (a restart) has the pool check its idle
+ones, and work safe to repeat (reads, journal batches under their id, setup) runs again on a
+fresh one; other errors pass through as psycopg raised them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Self
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Self, TypeVar
 
 try:
     from psycopg import AsyncConnection, AsyncCursor, Capabilities, DataError, Error
@@ -47,6 +49,8 @@ from deerflow_journal.stores.base import (
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MIGRATIONS", "PostgresRunEventStore"]
+
+T = TypeVar("T")
 
 #: Schema migrations; the index of a statement in this list is its schema version.
 MIGRATIONS: tuple[str, ...] = (
@@ -245,14 +249,8 @@ class PostgresRunEventStore(RunEventStore):
                 await probe.close()
                 self._probed = True
             self._pool = await _open_pool(self._dsn)
-        async with self._connection() as (conn, cur), _atomic(conn):
-            # Set up already: no lock and no DDL, which a read-only session or a role that
-            # may only read and write rows cannot run.
-            await cur.execute("SELECT to_regclass('run_event_migrations') IS NOT NULL")
-            version = -1
-            if (await cur.fetchone() or (False,))[0]:
-                await cur.execute(_SCHEMA_VERSION)
-                version = (await cur.fetchone() or (-1,))[0]
+        # Both steps repeat safely: the migrations commit together, from the version found.
+        version = await self._repeatable(_schema_version)
         if version >= len(MIGRATIONS) - 1:
             return
         if self.read_only:
@@ -261,14 +259,7 @@ class PostgresRunEventStore(RunEventStore):
                 f"the PostgreSQL database has {found} (on its search_path), not version "
                 f"{len(MIGRATIONS) - 1}: open it once without read_only to create or migrate it"
             )
-        async with self._connection() as (conn, cur), _atomic(conn):
-            await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
-            await cur.execute(_MIGRATIONS_TABLE)
-            await cur.execute(_SCHEMA_VERSION)
-            version = (await cur.fetchone() or (-1,))[0]
-            for v in range(version + 1, len(MIGRATIONS)):
-                await cur.execute(MIGRATIONS[v])
-                await cur.execute("INSERT INTO run_event_migrations (v) VALUES (%s)", (v,))
+        await self._repeatable(_migrate)
 
     async def _close(self) -> None:
         if self._dsn is not None and self._pool is not None:
@@ -281,8 +272,33 @@ class PostgresRunEventStore(RunEventStore):
     ) -> AsyncIterator[tuple[AsyncConnection[Any], AsyncCursor[TupleRow]]]:
         # Our own cursor and row factory: a shared pool may hand out dict rows.
         assert self._pool is not None
-        async with self._pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-            yield conn, cur
+        pool = self._pool
+        conn: AsyncConnection[Any] | None = None
+        try:
+            async with pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+                yield conn, cur
+        except Error:
+            if conn is not None and conn.closed:
+                # A restarted server leaves every idle connection broken: replace them now,
+                # not one failed statement each (the pool does not check them on checkout).
+                with contextlib.suppress(Exception):
+                    await pool.check()
+            raise
+
+    async def _repeatable(self, work: Callable[[AsyncCursor[TupleRow]], Awaitable[T]]) -> T:
+        """``work(cursor)``, run again while its connection is lost: only work safe to repeat."""
+        # A connection checked during a shutdown may die right after: a few attempts, each
+        # waiting for the pool to reconnect, rather than one.
+        attempt = 1
+        while True:
+            used: AsyncConnection[Any] | None = None
+            try:
+                async with self._connection() as (used, cur):
+                    return await work(cur)
+            except Error:
+                if used is None or not used.closed or attempt >= _LOST_CONNECTION_ATTEMPTS:
+                    raise
+            attempt += 1
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -303,8 +319,9 @@ class PostgresRunEventStore(RunEventStore):
         batch_id: str | None = None,
     ) -> bool:
         what = f"a journal write of {len(events)} events and {len(summaries)} run summaries"
-        with _refusing(what):
-            async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
+
+        async def write(cur: AsyncCursor[TupleRow]) -> bool:
+            async with _atomic(cur.connection, pipeline=True):
                 if batch_id is not None:
                     # Waits for a first attempt still in flight on a dropped connection.
                     await cur.execute(_RECORD_BATCH, (batch_id,))
@@ -313,13 +330,20 @@ class PostgresRunEventStore(RunEventStore):
                         return False
                     await cur.execute(_FORGET_OLD_BATCHES, (recorded[0] - BATCH_IDS_KEPT,))
                 if events:
-                    await _lock_threads(conn, {e.thread_id for e in events})
+                    await _lock_threads(cur.connection, {e.thread_id for e in events})
                     await cur.execute(_INSERT_BATCH, _batch_columns(events))
                 for summary in summaries:
                     await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
                     if await cur.fetchone() is None:
                         raise other_users_summary_error(summary)
-        return True
+            return True
+
+        with _refusing(what):
+            if batch_id is None:
+                async with self._connection() as (_, cur):
+                    return await write(cur)
+            # Under its id a batch the lost connection took is not written twice.
+            return await self._repeatable(write)
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         with _refusing(_events_named([event])):
@@ -337,9 +361,11 @@ class PostgresRunEventStore(RunEventStore):
     # -- reads -------------------------------------------------------------------------------
 
     async def _select(self, sql: str, params: Sequence[Any]) -> list[TupleRow]:
-        async with self._connection() as (_, cur):
+        async def read(cur: AsyncCursor[TupleRow]) -> list[TupleRow]:
             await cur.execute(sql, params)
             return await cur.fetchall()
+
+        return await self._repeatable(read)
 
     async def _list_messages(
         self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
@@ -440,6 +466,8 @@ class PostgresRunEventStore(RunEventStore):
 
 
 _PIPELINE = Capabilities().has_pipeline()
+#: Attempts of work safe to repeat whose connection the server closed (see ``_repeatable``).
+_LOST_CONNECTION_ATTEMPTS = 3
 
 
 async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
@@ -467,6 +495,28 @@ async def _atomic(conn: AsyncConnection[Any], *, pipeline: bool = False) -> Asyn
     async with piped, conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         yield
+
+
+async def _schema_version(cur: AsyncCursor[TupleRow]) -> int:
+    # No lock and no DDL, which a read-only session or a role that may only read and write
+    # rows cannot run: -1 for a database without the journal's schema.
+    async with _atomic(cur.connection):
+        await cur.execute("SELECT to_regclass('run_event_migrations') IS NOT NULL")
+        if not (await cur.fetchone() or (False,))[0]:
+            return -1
+        await cur.execute(_SCHEMA_VERSION)
+        return (await cur.fetchone() or (-1,))[0]
+
+
+async def _migrate(cur: AsyncCursor[TupleRow]) -> None:
+    async with _atomic(cur.connection):
+        await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
+        await cur.execute(_MIGRATIONS_TABLE)
+        await cur.execute(_SCHEMA_VERSION)
+        version = (await cur.fetchone() or (-1,))[0]
+        for v in range(version + 1, len(MIGRATIONS)):
+            await cur.execute(MIGRATIONS[v])
+            await cur.execute("INSERT INTO run_event_migrations (v) VALUES (%s)", (v,))
 
 
 async def _lock_threads(conn: AsyncConnection[Any], thread_ids: set[str]) -> None:
