@@ -14,9 +14,10 @@ with ``EventRefused``; other errors, a lost connection say, pass through as psyc
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 try:
     from psycopg import AsyncConnection, AsyncCursor, Capabilities, DataError, Error
@@ -43,10 +44,15 @@ from deerflow_journal.stores.base import (
     BATCH_IDS_KEPT,
     MessagePage,
     RunEventStore,
+    Schema,
+    Statements,
+    run_statements,
 )
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MIGRATIONS", "PostgresRunEventStore"]
+
+T = TypeVar("T")
 
 #: Schema migrations; the index of a statement in this list is its schema version.
 MIGRATIONS: tuple[str, ...] = (
@@ -122,12 +128,17 @@ MIGRATIONS: tuple[str, ...] = (
     )""",
 )
 
-_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS run_event_migrations (
-    v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"""
+_SCHEMA = Schema(
+    [(statement,) for statement in MIGRATIONS],
+    find_table="SELECT 1 WHERE to_regclass('run_event_migrations') IS NOT NULL",
+    create_table="""CREATE TABLE IF NOT EXISTS run_event_migrations (
+        v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())""",
+    read_version="SELECT max(v) FROM run_event_migrations",
+    record_version="INSERT INTO run_event_migrations (v) VALUES (%s)",
+)
 _RECORD_BATCH = """INSERT INTO run_journal_batches (batch_id) VALUES (%s)
     ON CONFLICT (batch_id) DO NOTHING RETURNING n"""
 _FORGET_OLD_BATCHES = "DELETE FROM run_journal_batches WHERE n <= %s"
-_SCHEMA_VERSION = "SELECT coalesce(max(v), -1) FROM run_event_migrations"
 # Advisory lock keys: one for migrations, and per thread a 64-bit hash of its id.
 _SETUP_LOCK_KEY = 0x6465657266_6A6E  # "deerf" "jn"
 _THREAD_LOCK_SEED = 0x6A6F75726E616C  # "journal"
@@ -245,30 +256,19 @@ class PostgresRunEventStore(RunEventStore):
                 await probe.close()
                 self._probed = True
             self._pool = await _open_pool(self._dsn)
+        await _SCHEMA.upgrade(
+            self._run_statements,
+            functools.partial(self._run_statements, migrating=True),
+            read_only=self.read_only,
+            database="the PostgreSQL database (on its search_path)",
+        )
+
+    async def _run_statements(self, statements: Statements[T], *, migrating: bool = False) -> T:
+        """Run ``statements`` in one transaction; ``migrating``, under the migration lock."""
         async with self._connection() as (conn, cur), _atomic(conn):
-            # Set up already: no lock and no DDL, which a read-only session or a role that
-            # may only read and write rows cannot run.
-            await cur.execute("SELECT to_regclass('run_event_migrations') IS NOT NULL")
-            version = -1
-            if (await cur.fetchone() or (False,))[0]:
-                await cur.execute(_SCHEMA_VERSION)
-                version = (await cur.fetchone() or (-1,))[0]
-        if version >= len(MIGRATIONS) - 1:
-            return
-        if self.read_only:
-            found = "no journal schema" if version < 0 else f"journal schema version {version}"
-            raise RuntimeError(
-                f"the PostgreSQL database has {found} (on its search_path), not version "
-                f"{len(MIGRATIONS) - 1}: open it once without read_only to create or migrate it"
-            )
-        async with self._connection() as (conn, cur), _atomic(conn):
-            await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
-            await cur.execute(_MIGRATIONS_TABLE)
-            await cur.execute(_SCHEMA_VERSION)
-            version = (await cur.fetchone() or (-1,))[0]
-            for v in range(version + 1, len(MIGRATIONS)):
-                await cur.execute(MIGRATIONS[v])
-                await cur.execute("INSERT INTO run_event_migrations (v) VALUES (%s)", (v,))
+            if migrating:
+                await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
+            return await run_statements(statements, functools.partial(_rows_of, cur))
 
     async def _close(self) -> None:
         if self._dsn is not None and self._pool is not None:
@@ -467,6 +467,12 @@ async def _atomic(conn: AsyncConnection[Any], *, pipeline: bool = False) -> Asyn
     async with piped, conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         yield
+
+
+async def _rows_of(cur: AsyncCursor[TupleRow], sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run one statement; its rows (none for a statement that returns no rows)."""
+    await cur.execute(sql, params or None)  # None: a statement with no parameters is sent as is
+    return await cur.fetchall() if cur.description else []
 
 
 async def _lock_threads(conn: AsyncConnection[Any], thread_ids: set[str]) -> None:
