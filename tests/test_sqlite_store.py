@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -149,7 +150,7 @@ async def test_from_conn_string_creates_parent_dirs_sets_up_and_closes(tmp_path:
     path = tmp_path / "deep" / "er" / "journal.db"
     async with SqliteRunEventStore.from_conn_string(path) as store:
         assert (await store.put(**ev()))["seq"] == 1
-    assert store._db is None
+    assert store._worker is None
     assert thread_rows(path) == [(1, '""')]
 
 
@@ -185,6 +186,42 @@ def test_an_open_store_does_not_keep_the_interpreter_from_exiting(tmp_path: Path
     assert finish(child, timeout=60).strip() == "done"
 
 
+@pytest.mark.slow
+def test_stores_left_open_when_their_event_loop_closes_print_nothing(tmp_path: Path):
+    # Nothing may call back into a closed loop from a worker thread ("Event loop is closed").
+    child = spawn(
+        """
+        import asyncio, gc, sys, threading
+        from deerflow_journal import SqliteRunEventStore
+
+        async def opened(path):
+            store = SqliteRunEventStore(path)
+            await store.put(thread_id="t", run_id="r", event_type="e", category="trace")
+            return store
+
+        async def main():
+            await opened(sys.argv[1])  # dropped unclosed while its loop runs
+
+        asyncio.run(main())
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # current still after it closes, as some runners leave it
+        stale = loop.run_until_complete(opened(sys.argv[2]))
+        loop.close()
+        del stale
+        gc.collect()  # its connection goes now, with only a closed loop to answer to
+        for thread in threading.enumerate():  # the stores' threads end, saying what they say
+            if thread is not threading.main_thread():
+                thread.join()
+        print("done", flush=True)
+        """,
+        str(tmp_path / "dropped.db"),
+        str(tmp_path / "stale.db"),
+    )
+    out, err = child.communicate(timeout=60)
+    assert (child.returncode, out.strip()) == (0, "done"), err
+    assert err == ""
+
+
 # -- schema ----------------------------------------------------------------------------------
 
 
@@ -200,16 +237,6 @@ async def test_setup_is_idempotent_and_records_the_schema_version(tmp_path: Path
         (mode,) = db.execute("PRAGMA journal_mode").fetchone()
     assert versions == list(range(len(MIGRATIONS)))
     assert mode == "wal"
-
-
-async def test_a_database_from_a_newer_version_is_refused(tmp_path: Path):
-    path = tmp_path / "j.db"
-    async with SqliteRunEventStore(path):
-        pass
-    with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO run_event_migrations VALUES (99, 'later')")
-    with pytest.raises(RuntimeError, match="upgrade deerflow-journal"):
-        await SqliteRunEventStore(path).setup()
 
 
 async def test_the_schema_refuses_a_seq_that_does_not_follow_the_counter(tmp_path: Path):
@@ -527,10 +554,10 @@ async def test_a_cancelled_write_is_committed_when_the_cancellation_is_seen(tmp_
 
 async def test_a_setup_cancelled_while_waiting_for_the_write_lock_leaves_it_free(tmp_path):
     # Writes are shielded; setup is not. On a connection the store does not own (and so does
-    # not close on failure), a BEGIN still queued when the cancel came must be undone.
+    # not close on failure), what setup began when the cancel came must end and unlock.
     path = tmp_path / "j.db"
-    async with SqliteRunEventStore(path):
-        pass  # the schema exists: setting up again only opens a checking transaction
+    with contextlib.closing(sqlite3.connect(path)) as empty:
+        empty.execute("PRAGMA journal_mode = WAL")  # no schema: setup needs the write lock
     holder = sqlite3.connect(path, isolation_level=None, timeout=0)
     async with aiosqlite.connect(path, isolation_level=None) as db:
         holder.execute("BEGIN IMMEDIATE")  # the store's BEGIN now waits for this lock
@@ -540,10 +567,12 @@ async def test_a_setup_cancelled_while_waiting_for_the_write_lock_leaves_it_free
         for _ in range(3):  # as anyio's timeouts do: cancelled again and again
             task.cancel()
             await asyncio.sleep(0.02)
-        holder.rollback()  # the queued BEGIN gets the lock now, and must give it back
+        holder.rollback()  # the waiting BEGIN gets the lock now, and must give it back
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(0.3)  # ample for SQLite's busy handler to retry a queued BEGIN
+        # What the store began goes on in a task of its own: wait for every such task.
+        await asyncio.gather(*asyncio.all_tasks() - {asyncio.current_task()})
+        await asyncio.sleep(0.3)  # ample for SQLite's busy handler to retry a stray BEGIN
         assert not db.in_transaction
         holder.execute("BEGIN IMMEDIATE")  # free: with timeout=0 a held lock would raise
         holder.rollback()

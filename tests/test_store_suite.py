@@ -965,8 +965,7 @@ async def test_setup_is_idempotent_and_close_can_repeat(backend: Backend):
 
 
 async def test_a_store_closed_by_its_user_says_so_until_set_up_again(backend: Backend):
-    # Reopening by itself would leave a connection nobody closes (aiosqlite's thread then
-    # raises "Event loop is closed" when it is collected after the loop).
+    # Reopening by itself would leave a connection (a pool, a thread) that nobody closes.
     store = backend.make()
     await store.put(**ev())
     await store.close()

@@ -15,6 +15,8 @@ Invariants every backend keeps (the shared store suite in ``tests/`` checks each
 - A write that has started finishes even if its caller is cancelled.
 - A store opened ``read_only`` refuses every write and delete with ``ReadOnlyStoreError``
   before it touches storage, and its setup creates and migrates nothing.
+- A SQL backend's schema is migrated by ``Schema.upgrade``, the same way on each: a database
+  whose schema is newer than the code is refused, and a read-only store never migrates.
 
 Backends implement the underscored hooks and receive only explicit, validated values.
 """
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
@@ -121,6 +125,106 @@ async def _finish(write: Awaitable[T]) -> T:
             with contextlib.suppress(BaseException):
                 await task
         raise
+
+
+#: A SQL statement and its parameters, for a backend to run.
+Statement = tuple[str, Sequence[Any]]
+#: SQL statements a backend runs one after another, sending each the rows it returned; what
+#: the generator returns is their result.
+Statements = Generator[Statement, list[Any], T]
+
+
+async def run_statements(
+    statements: Statements[T], execute: Callable[[str, Sequence[Any]], Awaitable[list[Any]]]
+) -> T:
+    """Run ``statements`` through ``execute``, which returns a statement's rows; their result."""
+    try:
+        statement = next(statements)
+        while True:
+            statement = statements.send(await execute(*statement))
+    except StopIteration as done:
+        return done.value
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A SQL backend's schema: its migrations, and the SQL that finds, reads and records its
+    version in the backend's dialect. ``upgrade`` is the one migration runner of every backend.
+
+    ``migrations[v]`` holds the statements that make version ``v``; append new ones, never edit
+    one that has shipped.
+    """
+
+    migrations: Sequence[Sequence[str]]
+    #: Returns a row when the table of recorded versions exists.
+    find_table: str
+    #: Creates that table unless it exists.
+    create_table: str
+    #: Returns one row: the highest version recorded (NULL if none).
+    read_version: str
+    #: Records the version given as its one parameter.
+    record_version: str
+
+    @property
+    def version(self) -> int:
+        """The schema version this code reads and writes."""
+        return len(self.migrations) - 1
+
+    async def upgrade(
+        self,
+        run: Callable[[Callable[[], Statements[Any]]], Awaitable[Any]],
+        run_migrating: Callable[[Callable[[], Statements[Any]]], Awaitable[Any]],
+        *,
+        read_only: bool,
+        database: str,
+    ) -> None:
+        """Bring ``database`` (named so in errors) to this version, the same way on every backend.
+
+        ``run`` runs the statements a function makes as they come; ``run_migrating`` runs them
+        in one transaction holding the backend's migration lock, so concurrent setups migrate
+        once. Either may call the function again to start over (after a lost connection). A
+        current schema costs one read, with no lock and no DDL (a role that may only read can
+        set up). A newer schema is refused, since this code could misread it; a read-only store
+        never migrates, and refuses a missing or older schema.
+        """
+        found = await run(self._recorded_version)
+        if found == self.version:
+            return
+        self._check(found, read_only=read_only, database=database)
+        await run_migrating(functools.partial(self._migrate, database))
+
+    def _recorded_version(self) -> Statements[int]:
+        if not (yield self.find_table, ()):
+            return -1
+        return _version_in((yield self.read_version, ()))
+
+    def _migrate(self, database: str) -> Statements[None]:
+        yield self.create_table, ()
+        # Read again under the lock: another process may have migrated meanwhile.
+        found = _version_in((yield self.read_version, ()))
+        self._check(found, read_only=False, database=database)
+        for version in range(found + 1, self.version + 1):
+            for statement in self.migrations[version]:
+                yield statement, ()
+            yield self.record_version, (version,)
+
+    def _check(self, found: int, *, read_only: bool, database: str) -> None:
+        if found > self.version:
+            raise RuntimeError(
+                f"{database} has journal schema version {found}, newer than version "
+                f"{self.version} that this deerflow-journal knows: upgrade deerflow-journal"
+            )
+        if read_only and found < self.version:
+            what = "no journal schema" if found < 0 else f"journal schema version {found}"
+            raise RuntimeError(
+                f"{database} has {what}, not version {self.version}: open it once without "
+                "read_only to create or migrate it"
+            )
+
+
+def _version_in(rows: list[Any]) -> int:
+    version = rows[0][0]
+    return -1 if version is None else version
 
 
 @runtime_checkable

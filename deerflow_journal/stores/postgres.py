@@ -16,6 +16,7 @@ fresh one; other errors pass through as psycopg raised them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Self, TypeVar
@@ -45,6 +46,9 @@ from deerflow_journal.stores.base import (
     BATCH_IDS_KEPT,
     MessagePage,
     RunEventStore,
+    Schema,
+    Statements,
+    run_statements,
 )
 from deerflow_journal.summary import other_users_summary_error
 
@@ -126,12 +130,17 @@ MIGRATIONS: tuple[str, ...] = (
     )""",
 )
 
-_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS run_event_migrations (
-    v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"""
+_SCHEMA = Schema(
+    [(statement,) for statement in MIGRATIONS],
+    find_table="SELECT 1 WHERE to_regclass('run_event_migrations') IS NOT NULL",
+    create_table="""CREATE TABLE IF NOT EXISTS run_event_migrations (
+        v integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())""",
+    read_version="SELECT max(v) FROM run_event_migrations",
+    record_version="INSERT INTO run_event_migrations (v) VALUES (%s)",
+)
 _RECORD_BATCH = """INSERT INTO run_journal_batches (batch_id) VALUES (%s)
     ON CONFLICT (batch_id) DO NOTHING RETURNING n"""
 _FORGET_OLD_BATCHES = "DELETE FROM run_journal_batches WHERE n <= %s"
-_SCHEMA_VERSION = "SELECT coalesce(max(v), -1) FROM run_event_migrations"
 # Advisory lock keys: one for migrations, and per thread a 64-bit hash of its id.
 _SETUP_LOCK_KEY = 0x6465657266_6A6E  # "deerf" "jn"
 _THREAD_LOCK_SEED = 0x6A6F75726E616C  # "journal"
@@ -249,17 +258,27 @@ class PostgresRunEventStore(RunEventStore):
                 await probe.close()
                 self._probed = True
             self._pool = await _open_pool(self._dsn)
-        # Both steps repeat safely: the migrations commit together, from the version found.
-        version = await self._repeatable(_schema_version)
-        if version >= len(MIGRATIONS) - 1:
-            return
-        if self.read_only:
-            found = "no journal schema" if version < 0 else f"journal schema version {version}"
-            raise RuntimeError(
-                f"the PostgreSQL database has {found} (on its search_path), not version "
-                f"{len(MIGRATIONS) - 1}: open it once without read_only to create or migrate it"
-            )
-        await self._repeatable(_migrate)
+        await _SCHEMA.upgrade(
+            self._run_statements,
+            functools.partial(self._run_statements, migrating=True),
+            read_only=self.read_only,
+            database="the PostgreSQL database (on its search_path)",
+        )
+
+    async def _run_statements(
+        self, make: Callable[[], Statements[T]], *, migrating: bool = False
+    ) -> T:
+        """Run the statements ``make()`` gives in one transaction (``migrating``: under the
+        migration lock), again from the start on a new connection if the connection is lost:
+        a rolled-back transaction repeats safely."""
+
+        async def work(cur: AsyncCursor[TupleRow]) -> T:
+            async with _atomic(cur.connection):
+                if migrating:
+                    await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
+                return await run_statements(make(), functools.partial(_rows_of, cur))
+
+        return await self._repeatable(work)
 
     async def _close(self) -> None:
         if self._dsn is not None and self._pool is not None:
@@ -497,26 +516,10 @@ async def _atomic(conn: AsyncConnection[Any], *, pipeline: bool = False) -> Asyn
         yield
 
 
-async def _schema_version(cur: AsyncCursor[TupleRow]) -> int:
-    # No lock and no DDL, which a read-only session or a role that may only read and write
-    # rows cannot run: -1 for a database without the journal's schema.
-    async with _atomic(cur.connection):
-        await cur.execute("SELECT to_regclass('run_event_migrations') IS NOT NULL")
-        if not (await cur.fetchone() or (False,))[0]:
-            return -1
-        await cur.execute(_SCHEMA_VERSION)
-        return (await cur.fetchone() or (-1,))[0]
-
-
-async def _migrate(cur: AsyncCursor[TupleRow]) -> None:
-    async with _atomic(cur.connection):
-        await cur.execute(f"SELECT pg_advisory_xact_lock({_SETUP_LOCK_KEY})")
-        await cur.execute(_MIGRATIONS_TABLE)
-        await cur.execute(_SCHEMA_VERSION)
-        version = (await cur.fetchone() or (-1,))[0]
-        for v in range(version + 1, len(MIGRATIONS)):
-            await cur.execute(MIGRATIONS[v])
-            await cur.execute("INSERT INTO run_event_migrations (v) VALUES (%s)", (v,))
+async def _rows_of(cur: AsyncCursor[TupleRow], sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run one statement; its rows (none for a statement that returns no rows)."""
+    await cur.execute(sql, params or None)  # None: a statement with no parameters is sent as is
+    return await cur.fetchall() if cur.description else []
 
 
 async def _lock_threads(conn: AsyncConnection[Any], thread_ids: set[str]) -> None:

@@ -1,13 +1,15 @@
 """The SQLite store's schema as a list of migrations; a migration's index is its version.
 
 ``SqliteRunEventStore.setup()`` records each applied version in ``run_event_migrations`` and
-applies the missing ones in one write transaction, so several processes may set up at once.
-Append new migrations at the end; never edit one that has shipped.
+applies the missing ones in one write transaction (``Schema.upgrade``), so several processes may
+set up at once. Append new migrations at the end; never edit one that has shipped.
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+from deerflow_journal.stores.base import Schema
+
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION"]
 
 #: Schema migrations; a migration's index in this list is the schema version it creates.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -92,5 +94,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
+#: The migrations with the SQL that finds, reads and records the version of a database.
+SCHEMA = Schema(
+    MIGRATIONS,
+    find_table="SELECT 1 FROM sqlite_schema WHERE name = 'run_event_migrations'",
+    create_table="CREATE TABLE IF NOT EXISTS run_event_migrations "
+    "(v INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
+    read_version="SELECT max(v) FROM run_event_migrations",
+    record_version="INSERT INTO run_event_migrations (v, applied_at) "
+    "VALUES (?, strftime('%Y-%m-%dT%H:%M:%f+00:00', 'now'))",
+)
+
 #: The schema version a fully set-up database records.
-SCHEMA_VERSION = len(MIGRATIONS) - 1
+SCHEMA_VERSION = SCHEMA.version
