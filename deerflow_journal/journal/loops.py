@@ -9,8 +9,10 @@ daemon thread, which never keeps the interpreter from exiting.
 from __future__ import annotations
 
 import asyncio
-import sys
+import inspect
 import threading
+
+from langchain_core.callbacks import manager as callback_manager
 
 __all__ = [
     "background_loop",
@@ -20,7 +22,9 @@ __all__ = [
     "running_loop",
 ]
 
-_MANAGER = "langchain_core.callbacks.manager"
+# LangChain's dispatchers live in this module; ``handle_event`` is its (public) sync one.
+_MANAGER_GLOBALS = vars(callback_manager)
+_SYNC_DISPATCH = callback_manager.handle_event.__code__
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 
@@ -57,15 +61,17 @@ def dispatched_synchronously() -> bool:
 
     A sync ``invoke`` inside Jupyter runs on a thread whose loop is running but blocked by
     the call, so "is a loop running" cannot tell ``invoke`` from ``ainvoke``; the dispatcher
-    that called us can.
+    that called us can: the nearest caller defined in LangChain's callback manager module is
+    its public ``handle_event`` for the sync manager, another of its functions for the async
+    one. Without either on the stack, a running loop means async.
     """
-    frame = sys._getframe(1)
-    for _ in range(12):
-        frame = frame.f_back
+    frame = inspect.currentframe()
+    for _ in range(14):
         if frame is None:
             break
-        if frame.f_globals.get("__name__") == _MANAGER:
-            return frame.f_code.co_name == "handle_event"
+        if frame.f_globals is _MANAGER_GLOBALS:
+            return frame.f_code is _SYNC_DISPATCH
+        frame = frame.f_back
     return running_loop() is None
 
 
@@ -76,5 +82,10 @@ def looked_up_by_async_dispatcher() -> bool:
     The sync dispatcher calls what it gets and only runs a coroutine on a throwaway loop, and
     any other caller (a subclass's ``super()`` call, a test) expects a plain method.
     """
-    frame = sys._getframe(2)  # 0: here, 1: the property, 2: whoever read it
-    return frame.f_globals.get("__name__") == _MANAGER and frame.f_code.co_name != "handle_event"
+    frame = inspect.currentframe()
+    reader = None if frame is None or frame.f_back is None else frame.f_back.f_back
+    return (
+        reader is not None
+        and reader.f_globals is _MANAGER_GLOBALS
+        and reader.f_code is not _SYNC_DISPATCH
+    )
