@@ -26,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -65,6 +66,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: Event types the last-visible-AI query recognises (the canonical name and its legacy alias).
 AI_RESPONSE_EVENT_TYPES = (LLM_AI_RESPONSE_EVENT.event_type, *LEGACY_EVENT_ALIASES)
@@ -270,6 +272,43 @@ class RecentBatchIds:
             self._ids[batch_id] = None
             if len(self._ids) > BATCH_IDS_KEPT:
                 del self._ids[next(iter(self._ids))]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalBatch:
+    """One journal write, normalised: events and run summaries stored all or nothing, under
+    an id the store records with them (``None``: no id)."""
+
+    events: list[PendingEvent]
+    summaries: list[dict[str, Any]]
+    batch_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventQuery:
+    """One ``list_events`` call, checked: what a backend's ``_list_events`` returns."""
+
+    thread_id: str
+    run_id: str
+    event_types: tuple[str, ...] | None
+    task_id: str | None
+    limit: int
+    after_seq: int | None
+    user_id: str | None
+
+    def select(
+        self, rows: Iterable[R], event_type: Callable[[R], str], task_id: Callable[[R], Any]
+    ) -> Iterator[R]:
+        """The rows an in-process backend returns, of the run's ``rows`` after ``after_seq``
+        in seq order; ``event_type`` and ``task_id`` read a row's fields."""
+        types, task = self.event_types, self.task_id
+        picked = (
+            row
+            for row in rows
+            if (types is None or event_type(row) in types)
+            and (task is None or task_id(row) == task)
+        )
+        return itertools.islice(picked, self.limit)
 
 
 class RunEventStore(ABC):
@@ -490,11 +529,17 @@ class RunEventStore(ABC):
         limit = _check_count(limit, "limit")
         if after_seq is not None:
             after_seq = _check_count(after_seq, "after_seq")
-        user = resolve_read_user(user_id)
-        await self._ready()
-        return await self._list_events(
-            _check_thread(thread_id), _check_run(run_id), types, task_id, limit, after_seq, user
+        query = EventQuery(
+            _check_thread(thread_id),
+            _check_run(run_id),
+            types,
+            task_id,
+            limit,
+            after_seq,
+            resolve_read_user(user_id),
         )
+        await self._ready()
+        return [] if limit == 0 else await self._list_events(query)
 
     async def get_last_visible_ai_seq_by_run(
         self,
@@ -597,7 +642,7 @@ class RunEventStore(ABC):
         pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
         data = [_summary_data(summary) for summary in summaries]
         await self._ready()
-        return await self._append_with_summaries(pending, data, batch_id)
+        return await self._append_with_summaries(JournalBatch(pending, data, batch_id))
 
     # -- backend hooks -----------------------------------------------------------------------
 
@@ -616,13 +661,8 @@ class RunEventStore(ABC):
         """
 
     @abstractmethod
-    async def _append_with_summaries(
-        self,
-        events: list[PendingEvent],
-        summaries: list[dict[str, Any]],
-        batch_id: str | None = None,
-    ) -> bool:
-        """Persist ``events`` as ``_append`` does and upsert ``summaries`` as
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+        """Persist the batch's events as ``_append`` does and upsert its summaries as
         ``_put_run_summary`` does, in one atomic step: a refused summary writes nothing.
 
         With a ``batch_id`` among the last ``BATCH_IDS_KEPT`` recorded, write nothing and
@@ -640,16 +680,8 @@ class RunEventStore(ABC):
     ) -> list[RunEvent]: ...
 
     @abstractmethod
-    async def _list_events(
-        self,
-        thread_id: str,
-        run_id: str,
-        event_types: tuple[str, ...] | None,
-        task_id: str | None,
-        limit: int,
-        after_seq: int | None,
-        user_id: str | None,
-    ) -> list[RunEvent]: ...
+    async def _list_events(self, query: EventQuery) -> list[RunEvent]:
+        """The events ``query`` asks for (its ``limit`` is at least 1)."""
 
     @abstractmethod
     async def _last_visible_ai_seq_by_run(

@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import operator
 import os
 import threading
 from collections import OrderedDict
@@ -42,6 +43,8 @@ from typing import Any, TypeVar
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
+    EventQuery,
+    JournalBatch,
     MessagePage,
     RecentBatchIds,
     RunEventStore,
@@ -77,6 +80,8 @@ from deerflow_journal.summary import other_users_summary_error
 __all__ = ["JsonlRunEventStore"]
 
 logger = logging.getLogger(__name__)
+
+_EVENT_TYPE, _TASK_ID = operator.attrgetter("event_type"), operator.attrgetter("task_id")
 
 _T = TypeVar("_T")
 _Sizes = dict[str, tuple[int, int]]
@@ -220,12 +225,8 @@ class JsonlRunEventStore(RunEventStore):
         with self._locked(e.thread_id for e in events) as held:
             return self._write(held, events)
 
-    async def _append_with_summaries(
-        self,
-        events: list[PendingEvent],
-        summaries: list[dict[str, Any]],
-        batch_id: str | None = None,
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
         return await asyncio.to_thread(
             self._append_with_summaries_sync, events, summaries, batch_id
         )
@@ -343,32 +344,12 @@ class JsonlRunEventStore(RunEventStore):
 
         return await self._read(thread_id, query, [])
 
-    async def _list_events(
-        self,
-        thread_id: str,
-        run_id: str,
-        event_types: tuple[str, ...] | None,
-        task_id: str | None,
-        limit: int,
-        after_seq: int | None,
-        user_id: str | None,
-    ) -> list[RunEvent]:
-        if limit == 0:
-            return []
+    async def _list_events(self, query: EventQuery) -> list[RunEvent]:
+        def read(cache: ThreadCache) -> list[RunEvent]:
+            rows = cache.indexes.get("all", query.run_id, query.user_id).after(query.after_seq)
+            return [row.record() for row in query.select(rows, _EVENT_TYPE, _TASK_ID)]
 
-        def query(cache: ThreadCache) -> list[RunEvent]:
-            out: list[RunEvent] = []
-            for row in cache.indexes.get("all", run_id, user_id).after(after_seq):
-                if event_types is not None and row.event_type not in event_types:
-                    continue
-                if task_id is not None and row.task_id != task_id:
-                    continue
-                out.append(row.record())
-                if len(out) == limit:
-                    break
-            return out
-
-        return await self._read(thread_id, query, [])
+        return await self._read(query.thread_id, read, [])
 
     async def _last_visible_ai_seq_by_run(
         self, thread_id: str, run_ids: list[str], user_id: str | None

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
+    EventQuery,
+    JournalBatch,
     MessagePage,
     RecentBatchIds,
     RunEventStore,
@@ -22,6 +25,7 @@ __all__ = ["MemoryRunEventStore"]
 # caller are taken at write time, when they are strings, for the queries that filter on them.
 _Row = tuple[int, str, str, str, str, str, str, "str | None", Any, Any]
 _SEQ, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(10)
+_EVENT_TYPE, _TASK_ID = operator.itemgetter(_TYPE), operator.itemgetter(_TASK)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -118,12 +122,8 @@ class MemoryRunEventStore(RunEventStore):
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
         return [event.record(self._add(event)) for event in events]
 
-    async def _append_with_summaries(
-        self,
-        events: list[PendingEvent],
-        summaries: list[dict[str, Any]],
-        batch_id: str | None = None,
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
         if batch_id in self._batch_ids:
             return False
         for summary in summaries:  # refuse before anything is written
@@ -150,29 +150,12 @@ class MemoryRunEventStore(RunEventStore):
             return []
         return [thread.record(row) for row in thread.get("msg", run_id, user_id).page(page)]
 
-    async def _list_events(
-        self,
-        thread_id: str,
-        run_id: str,
-        event_types: tuple[str, ...] | None,
-        task_id: str | None,
-        limit: int,
-        after_seq: int | None,
-        user_id: str | None,
-    ) -> list[RunEvent]:
-        thread = self._threads.get(thread_id)
-        if thread is None or limit == 0:
+    async def _list_events(self, query: EventQuery) -> list[RunEvent]:
+        thread = self._threads.get(query.thread_id)
+        if thread is None:
             return []
-        out: list[RunEvent] = []
-        for row in thread.get("all", run_id, user_id).after(after_seq):
-            if event_types is not None and row[_TYPE] not in event_types:
-                continue
-            if task_id is not None and row[_TASK] != task_id:
-                continue
-            out.append(thread.record(row))
-            if len(out) == limit:
-                break
-        return out
+        rows = thread.get("all", query.run_id, query.user_id).after(query.after_seq)
+        return [thread.record(row) for row in query.select(rows, _EVENT_TYPE, _TASK_ID)]
 
     async def _last_visible_ai_seq_by_run(
         self, thread_id: str, run_ids: list[str], user_id: str | None

@@ -44,6 +44,8 @@ from deerflow_journal.records import (
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
     BATCH_IDS_KEPT,
+    EventQuery,
+    JournalBatch,
     MessagePage,
     RunEventStore,
     Schema,
@@ -331,12 +333,8 @@ class PostgresRunEventStore(RunEventStore):
                 last_seqs = dict(await cur.fetchall())
         return _assign_seqs(events, last_seqs)
 
-    async def _append_with_summaries(
-        self,
-        events: list[PendingEvent],
-        summaries: list[dict[str, Any]],
-        batch_id: str | None = None,
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
         what = f"a journal write of {len(events)} events and {len(summaries)} run summaries"
 
         async def write(cur: AsyncCursor[TupleRow]) -> bool:
@@ -406,30 +404,19 @@ class PostgresRunEventStore(RunEventStore):
             rows.reverse()
         return [_record(row) for row in rows]
 
-    async def _list_events(
-        self,
-        thread_id: str,
-        run_id: str,
-        event_types: tuple[str, ...] | None,
-        task_id: str | None,
-        limit: int,
-        after_seq: int | None,
-        user_id: str | None,
-    ) -> list[RunEvent]:
-        if limit == 0:
-            return []
-        where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
-        if event_types is not None:
+    async def _list_events(self, query: EventQuery) -> list[RunEvent]:
+        where, params = _filters(query.thread_id, run_id=query.run_id, user_id=query.user_id)
+        if query.event_types is not None:
             where += " AND event_type = ANY(%s::text[])"
-            params.append(list(event_types))
-        if task_id is not None:
+            params.append(list(query.event_types))
+        if query.task_id is not None:
             where += " AND task_id = %s"
-            params.append(task_id)
-        if after_seq is not None:
+            params.append(query.task_id)
+        if query.after_seq is not None:
             where += " AND seq > %s"
-            params.append(after_seq)
+            params.append(query.after_seq)
         sql = f"SELECT {_COLUMNS} FROM run_events WHERE {where} ORDER BY seq LIMIT %s"
-        return [_record(row) for row in await self._select(sql, [*params, limit])]
+        return [_record(row) for row in await self._select(sql, [*params, query.limit])]
 
     async def _last_visible_ai_seq_by_run(
         self, thread_id: str, run_ids: list[str], user_id: str | None

@@ -52,6 +52,8 @@ from deerflow_journal.records import (
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
     BATCH_IDS_KEPT,
+    EventQuery,
+    JournalBatch,
     MessagePage,
     RunEventStore,
     Statements,
@@ -226,12 +228,8 @@ class SqliteRunEventStore(RunEventStore):
         # On the store's own connection a future, which the caller can shield without a task.
         return self._run(_insert_events(events))
 
-    async def _append_with_summaries(
-        self,
-        events: list[PendingEvent],
-        summaries: list[dict[str, Any]],
-        batch_id: str | None = None,
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
         return await self._run(_write_transaction(_journal_batch(events, summaries, batch_id)))
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
@@ -273,32 +271,21 @@ class SqliteRunEventStore(RunEventStore):
             rows.reverse()
         return [_record(row) for row in rows]
 
-    async def _list_events(
-        self,
-        thread_id: str,
-        run_id: str,
-        event_types: tuple[str, ...] | None,
-        task_id: str | None,
-        limit: int,
-        after_seq: int | None,
-        user_id: str | None,
-    ) -> list[RunEvent]:
-        if limit == 0:
-            return []
+    async def _list_events(self, query: EventQuery) -> list[RunEvent]:
         where: list[str] = ["thread_id = ?", "run_id = ?"]
-        params: list[Any] = [thread_id, run_id]
-        if event_types is not None:
-            where.append(f"event_type IN {_in_list(event_types, params)}")
-        if task_id is not None:
+        params: list[Any] = [query.thread_id, query.run_id]
+        if query.event_types is not None:
+            where.append(f"event_type IN {_in_list(query.event_types, params)}")
+        if query.task_id is not None:
             where.append("task_id = ?")
-            params.append(task_id)
-        _filter_user(where, params, user_id, by_run=True)
-        if after_seq is not None:
+            params.append(query.task_id)
+        _filter_user(where, params, query.user_id, by_run=True)
+        if query.after_seq is not None:
             where.append("seq > ?")
-            params.append(after_seq)
+            params.append(query.after_seq)
         rows = await self._query(
             f"SELECT {_COLUMNS} FROM run_events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
-            (*params, limit),
+            (*params, query.limit),
         )
         return [_record(row) for row in rows]
 

@@ -26,7 +26,7 @@ from deerflow_journal import (
     user_scope,
 )
 from deerflow_journal.journal.writer import JournalWriter
-from deerflow_journal.records import PendingEvent
+from deerflow_journal.stores.base import JournalBatch
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,14 +41,12 @@ class FlakyStore(MemoryRunEventStore):
         self.batches = 0
         self.failures = 0
 
-    async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
         self.batches += 1
         if self.every and self.batches % self.every == 0:
             self.failures += 1
             raise ConnectionError(f"injected failure of batch {self.batches}")
-        return await super()._append_with_summaries(events, summaries, batch_id)
+        return await super()._append_with_summaries(batch)
 
 
 class GatedStore(MemoryRunEventStore):
@@ -60,14 +58,12 @@ class GatedStore(MemoryRunEventStore):
         self.active = 0
         self.max_active = 0
 
-    async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
             await self.gate.wait()
-            return await super()._append_with_summaries(events, summaries, batch_id)
+            return await super()._append_with_summaries(batch)
         finally:
             self.active -= 1
 
@@ -287,12 +283,10 @@ class HungStore(MemoryRunEventStore):
 
     hung = True
 
-    async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
         while self.hung:
             await asyncio.sleep(0.01)
-        return await super()._append_with_summaries(events, summaries, batch_id)
+        return await super()._append_with_summaries(batch)
 
 
 def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog, monkeypatch):
@@ -565,9 +559,9 @@ from tests.journal.agents import agent_graph, ai, scripted
 write = SqliteRunEventStore._append_with_summaries
 
 
-async def slow_write(self, events, summaries, batch_id=None):
+async def slow_write(self, batch):
     await asyncio.sleep(0.2)  # a slow disk: the program ends before the write does
-    return await write(self, events, summaries, batch_id)
+    return await write(self, batch)
 
 
 SqliteRunEventStore._append_with_summaries = slow_write
@@ -642,13 +636,11 @@ class CallingBackStore(MemoryRunEventStore):
         self.other: tuple[RunJournal, uuid.UUID] | None = None
         self.called_back = False
 
-    async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
         while self.called_back and self.hung:
             await asyncio.sleep(0.01)
-        written = await super()._append_with_summaries(events, summaries, batch_id)
-        if self.other is not None and any(e.event_type == "run.end" for e in events):
+        written = await super()._append_with_summaries(batch)
+        if self.other is not None and any(e.event_type == "run.end" for e in batch.events):
             self.called_back = True
             tool_result(*self.other, 99)
         return written

@@ -16,6 +16,7 @@ import pytest
 from langchain_core.tools import tool
 
 from deerflow_journal import EventRefused, RunEventStore, RunJournal
+from deerflow_journal.stores.base import JournalBatch
 from tests.backends import PostgresBackend
 from tests.journal.agents import (
     ONE_TOOL_CALL_SEQUENCE,
@@ -45,10 +46,13 @@ def fetching_graph() -> Any:
 def wrap_writes(store: RunEventStore, wrapper: Callable[[Write, Any, Any, Any], Awaitable[bool]]):
     """Route the store's journal writes through ``wrapper(real_write, events, summaries, id)``:
     the real backend writes, the wrapper adds the fault."""
-    real: Write = store._append_with_summaries
+    real = store._append_with_summaries
 
-    async def write(events: Any, summaries: Any, batch_id: Any = None) -> bool:
-        return await wrapper(real, events, summaries, batch_id)
+    async def write(batch: JournalBatch) -> bool:
+        def real_write(events: Any, summaries: Any, batch_id: Any) -> Awaitable[bool]:
+            return real(JournalBatch(events, summaries, batch_id))
+
+        return await wrapper(real_write, batch.events, batch.summaries, batch.batch_id)
 
     store._append_with_summaries = write  # type: ignore[method-assign]
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from deerflow_journal import MemoryRunEventStore, RunJournal
 from deerflow_journal.journal.loops import background_loop
-from deerflow_journal.records import PendingEvent
+from deerflow_journal.stores.base import JournalBatch
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
 ANSWER_SEQUENCE = ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
@@ -20,11 +19,9 @@ class LoopRecordingStore(MemoryRunEventStore):
         super().__init__()
         self.loops: list[asyncio.AbstractEventLoop] = []
 
-    async def _append_with_summaries(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: Any = None
-    ) -> bool:
+    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
         self.loops.append(asyncio.get_running_loop())
-        return await super()._append_with_summaries(events, summaries, batch_id)
+        return await super()._append_with_summaries(batch)
 
 
 async def test_invoke_in_a_worker_thread_writes_on_the_loop_the_store_was_set_up_on():
