@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deerflow_journal.journal.loops import on_background_loop, running_loop
-from deerflow_journal.journal.mapping import MessageDumps
+from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import (
     DEFAULT_MAX_TRACE_CONTENT,
     EventRefused,
@@ -68,7 +68,7 @@ def _takes_journal_batches(store: Any) -> bool:
     )
 
 
-def _plain_event(event: dict[str, Any], dumps: MessageDumps) -> dict[str, Any]:
+def _plain_event(event: dict[str, Any], dumps: MessageEncoder) -> dict[str, Any]:
     """``event`` with its content and metadata as plain JSON values (messages dumped)."""
     plain = dict(event)
     for key in ("content", "metadata"):
@@ -183,8 +183,8 @@ class EventBuffer:
         self.on_dropped: Callable[[list[dict[str, Any]]], None] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
-        self._kick_at = threshold  # after a failed write: the next multiple of the threshold
-        self._drain = False
+        self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
+        self._write_all = False
         self._close_when_empty = False
         # Every event and summary queued takes the next ticket; a write takes all that is
         # pending, so once it is stored, every ticket up to the last it took is written.
@@ -197,12 +197,13 @@ class EventBuffer:
         """Append an event; True when a write should start (threshold reached, none running).
 
         After a failed write the next one waits for the next multiple of the threshold (or a
-        drain or flush), so a store that is down is not sent the whole buffer on every event.
+        flush or ``write_pending``), so a store that is down is not sent the whole buffer on
+        every event.
         """
         with self._lock:
             self._events.append(event)
             self._ticket += 1
-            return len(self._events) >= self._kick_at and self._write is None
+            return len(self._events) >= self._next_write_at and self._write is None
 
     def put_summary(self, key: tuple[str, str], build: SummaryBuilder) -> None:
         """Queue the summary of run ``key`` (thread id, run id), built when it is written."""
@@ -218,15 +219,15 @@ class EventBuffer:
 
     # -- background writes -----------------------------------------------------------------
 
-    def kick(self, loop: asyncio.AbstractEventLoop) -> None:
+    def start_write(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start a background write on ``loop`` unless one is running or nothing is pending."""
         with self._lock:
             self._start_locked(loop)
 
-    def drain(self, loop: asyncio.AbstractEventLoop) -> None:
+    def write_pending(self, loop: asyncio.AbstractEventLoop) -> None:
         """Write everything pending now in the background (after the write in flight, if any)."""
         with self._lock:
-            self._drain = True
+            self._write_all = True
             self._start_locked(loop)
 
     def _pending_locked(self) -> bool:
@@ -304,7 +305,7 @@ class EventBuffer:
             self._summaries.clear()
             close_after = self._close_when_empty
             self._close_when_empty = False
-            self._drain = False  # this write takes everything a drain asked for
+            self._write_all = False  # this write takes everything write_pending asked for
             taken = self._ticket
         retry = queue[0] if len(queue) > 1 else None
         summaries_written = False
@@ -386,10 +387,10 @@ class EventBuffer:
         built = [build() for _, build in summaries]
         if self._journal_batches:
             return await self.store._put_journal_batch(
-                events, built, MessageDumps(), batch.batch_id
+                events, built, MessageEncoder(), batch.batch_id
             )
         if events:
-            dumps = MessageDumps()
+            dumps = MessageEncoder()
             await self.store.put_batch([_plain_event(event, dumps) for event in events])
             batch.events.clear()
         for summary in built:
@@ -406,7 +407,7 @@ class EventBuffer:
                     max_trace_content=getattr(
                         self.store, "max_trace_content", DEFAULT_MAX_TRACE_CONTENT
                     ),
-                    default=MessageDumps(),
+                    default=MessageEncoder(),
                 )
             except (ValueError, TypeError):
                 bad.add(index)
@@ -423,7 +424,7 @@ class EventBuffer:
         if self.on_dropped is not None:
             self.on_dropped(events)  # their runs' summaries change: written next
         with self._lock:
-            self._drain = True
+            self._write_all = True
 
     def _requeue(
         self,
@@ -451,10 +452,10 @@ class EventBuffer:
             if self._write is write:
                 self._write = None
             if future.cancelled() or error is not None:
-                self._kick_at = (len(self._events) // self.threshold + 1) * self.threshold
+                self._next_write_at = (len(self._events) // self.threshold + 1) * self.threshold
                 return
-            self._kick_at = self.threshold
-            if self._drain or len(self._events) >= self.threshold:
+            self._next_write_at = self.threshold
+            if self._write_all or len(self._events) >= self.threshold:
                 self._start_locked(write.loop)
 
     # -- waiting -----------------------------------------------------------------------------
@@ -503,14 +504,14 @@ class EventBuffer:
                     return True
                 write, ours = self._next_locked(pick_loop())
                 if write is not None and write.loop is current:
-                    self._drain = True
+                    self._write_all = True
                     return True
             if write is None:
                 return True
             try:
                 if not write.wait_blocking(max(0.0, deadline - time.monotonic())):
                     with self._lock:
-                        self._drain = True
+                        self._write_all = True
                     self._log_unwritten(timeout)
                     return False
             except BaseException:

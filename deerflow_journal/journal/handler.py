@@ -209,7 +209,7 @@ class RunJournal(GraphCallbackHandler):
         if state.bound:
             self._writer.add(state, event)
         else:
-            state.early.append(event)
+            state.unbound_events.append(event)
 
     def _bind(self, state: RunState) -> None:
         """Remember a run just bound to its ids (the latest few)."""
@@ -287,7 +287,7 @@ class RunJournal(GraphCallbackHandler):
         """Start writing what a recorder added outside a run in progress: nothing else would
         (call without the lock)."""
         if state.bound and (state.ended or state.root is None):
-            self._writer.buffer.drain(self._writer.write_loop(state.sync))
+            self._writer.buffer.write_pending(self._writer.write_loop(state.sync))
 
     # -- chains --------------------------------------------------------------------------------
 
@@ -374,7 +374,7 @@ class RunJournal(GraphCallbackHandler):
             state.new_humans.add_inputs(inputs)
             run_id = self._run_id or str(root)
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
-            early = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
+            unbound = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             self._bind(state)
             state.workspace_before = snapshot
             self._runs[_key(root)] = self._latest = state
@@ -383,7 +383,7 @@ class RunJournal(GraphCallbackHandler):
             self._emit(
                 state, mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
             )
-            for event in early:
+            for event in unbound:
                 self._emit(state, event, detached=True)  # copied when recorded
             self._queue_summary(state)
         return snapshot
@@ -455,7 +455,7 @@ class RunJournal(GraphCallbackHandler):
             async def close_when_diffed() -> None:
                 self._close_run(state, terminal, await workspace.changes(snapshot), loop)
 
-            self._writer.later(close_when_diffed())
+            self._writer.run_in_background(close_when_diffed())
 
     def _close_run(
         self,
@@ -986,9 +986,9 @@ class RunJournal(GraphCallbackHandler):
                 for event in state.outcomes.settle():
                     self._emit(state, event)
             waiting = self._next
-            if self._run_id is None or waiting is None or not waiting.early:
+            if self._run_id is None or waiting is None or not waiting.unbound_events:
                 return
-            early = waiting.bind(
+            unbound = waiting.bind(
                 None,
                 self._run_id,
                 self._thread_id or self._run_id,
@@ -997,7 +997,7 @@ class RunJournal(GraphCallbackHandler):
             )
             self._next, self._outside = None, waiting
             self._bind(waiting)
-            for event in early:
+            for event in unbound:
                 self._emit(waiting, event, detached=True)
 
     async def aclose(self) -> None:
@@ -1015,7 +1015,7 @@ class RunJournal(GraphCallbackHandler):
     def _warn_waiting(self) -> None:
         """Say so when recorders called after the last run ended left events for a next run."""
         with self._lock:
-            waiting = 0 if self._next is None else len(self._next.early)
+            waiting = 0 if self._next is None else len(self._next.unbound_events)
         if waiting:
             logger.warning(
                 "journal closed with %d recorded events waiting for a run to start (they were "

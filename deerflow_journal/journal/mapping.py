@@ -6,7 +6,7 @@ Nothing here does I/O, so each rule is testable on its own (the only state is a 
 ``detach`` treats each type).
 
 Content may still hold the callback's LangChain messages: the batch that writes them encodes
-each as its ``model_dump()`` (``MessageDumps``), off the callback path (LangSmith's tracer
+each as its ``model_dump()`` (``MessageEncoder``), off the callback path (LangSmith's tracer
 defers serialisation the same way). Containers, though, are copied in the callback
 (``detach``/``detached_event``): the caller may change its own while the batch is encoded.
 """
@@ -59,7 +59,7 @@ __all__ = [
     "LEAD_AGENT",
     "UNRESOLVED_REASONS",
     "EventKwargs",
-    "MessageDumps",
+    "MessageEncoder",
     "UnresolvedReason",
     "ai_response_event",
     "caller_from_tags",
@@ -155,7 +155,7 @@ def run_start_event(
     return _event(RUN_START_EVENT, {"chain": name}, {**detach(metadata or {}), "caller": caller})
 
 
-class MessageDumps:
+class MessageEncoder:
     """How one batch encodes what JSON cannot hold (the store's ``default`` hook).
 
     Pydantic models (LangChain messages) become their ``model_dump()``, computed once per

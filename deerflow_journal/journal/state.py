@@ -95,7 +95,7 @@ class RunState:
     """Counters, timings and outcomes of one run.
 
     A run is *bound* once its ids are known (at the root chain start); recorders called
-    before that keep their events in ``early`` until then.
+    before that keep their events in ``unbound_events`` until then.
     """
 
     thread_id: str | None = None
@@ -124,7 +124,7 @@ class RunState:
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
-    early: list[Mapping[str, Any]] = field(default_factory=list)
+    unbound_events: list[Mapping[str, Any]] = field(default_factory=list)
     workspace_before: Any = None
 
     @property
@@ -144,8 +144,8 @@ class RunState:
         self.root, self.run_id, self.thread_id = root, run_id, thread_id
         self.sync, self.user_id = sync, user_id
         self.started_at, self.started = datetime.now(UTC), time.monotonic()
-        early, self.early = self.early, []
-        return early
+        unbound, self.unbound_events = self.unbound_events, []
+        return unbound
 
     def note_ai_text(self, text: str) -> None:
         """Remember a lead-agent response's text as the last AI message (if it has any)."""

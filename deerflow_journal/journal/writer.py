@@ -134,7 +134,7 @@ class JournalWriter:
         event["user_id"] = state.user_id
         event["created_at"] = time.time()
         if self.buffer.add(event):
-            self.buffer.kick(self.write_loop(state.sync))
+            self.buffer.start_write(self.write_loop(state.sync))
 
     def queue_summary(self, state: RunState, build: SummaryBuilder) -> None:
         """Queue the run's summary, built by ``build`` when it is written."""
@@ -158,7 +158,9 @@ class JournalWriter:
             self.buffer.close_store_when_empty()
         trailing = None if self.progress is None else self.progress.finish(loop)
         if not state.sync:
-            self.buffer.drain(background_loop() if self.owns_store else self.store_loop() or loop)
+            self.buffer.write_pending(
+                background_loop() if self.owns_store else self.store_loop() or loop
+            )
             return
         started = time.monotonic()
         self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout)
@@ -172,7 +174,7 @@ class JournalWriter:
                     self.wait_timeout,
                 )
 
-    def later(self, coro: Coroutine[Any, Any, None]) -> None:
+    def run_in_background(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` on the background loop; ``flush`` and ``close`` wait for it."""
         future = asyncio.run_coroutine_threadsafe(coro, background_loop())
         with self._lock:

@@ -111,7 +111,7 @@ def _check_run(run_id: object) -> str:
     return check_text(run_id, "run_id")
 
 
-async def _finish(write: Awaitable[T]) -> T:
+async def _shielded(write: Awaitable[T]) -> T:
     """Await a write; if the caller is cancelled meanwhile, let the write finish first.
 
     Backends cannot all abandon a write half way (a statement already handed to a driver
@@ -428,7 +428,7 @@ class RunEventStore(ABC):
             max_trace_content=self.max_trace_content,
         )
         await self._ready()
-        return (await _finish(self._append([pending])))[0]
+        return (await _shielded(self._append([pending])))[0]
 
     async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
         """Append every event atomically, seq in input order; a rejected batch writes nothing."""
@@ -437,7 +437,7 @@ class RunEventStore(ABC):
         if not pending:
             return []
         await self._ready()
-        return await _finish(self._append(pending))
+        return await _shielded(self._append(pending))
 
     async def put_if_absent(
         self,
@@ -463,7 +463,7 @@ class RunEventStore(ABC):
             max_trace_content=self.max_trace_content,
         )
         await self._ready()
-        return await _finish(self._append_if_absent(pending))
+        return await _shielded(self._append_if_absent(pending))
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -576,7 +576,7 @@ class RunEventStore(ABC):
         self._check_writable("delete a thread")
         user = resolve_read_user(user_id)
         await self._ready()
-        return await _finish(self._delete(_check_thread(thread_id), None, user))
+        return await _shielded(self._delete(_check_thread(thread_id), None, user))
 
     async def delete_by_run(
         self, thread_id: str, run_id: str, *, user_id: str | Auto | None = AUTO
@@ -585,7 +585,7 @@ class RunEventStore(ABC):
         self._check_writable("delete a run")
         user = resolve_read_user(user_id)
         await self._ready()
-        return await _finish(self._delete(_check_thread(thread_id), _check_run(run_id), user))
+        return await _shielded(self._delete(_check_thread(thread_id), _check_run(run_id), user))
 
     # -- run summaries -----------------------------------------------------------------------
 
@@ -598,7 +598,7 @@ class RunEventStore(ABC):
         self._check_writable("put a run summary")
         data = _summary_data(summary)
         await self._ready()
-        await _finish(self._put_run_summary(data))
+        await _shielded(self._put_run_summary(data))
         return RunSummary.model_validate(data)
 
     async def get_run_summary(
@@ -656,7 +656,7 @@ class RunEventStore(ABC):
     def _append(self, events: list[PendingEvent]) -> Awaitable[list[RunEvent]]:
         """Persist ``events`` in one atomic step, assigning seq per thread in input order.
 
-        A coroutine, or a future already under way (``_finish`` then shields it without
+        A coroutine, or a future already under way (``_shielded`` then shields it without
         wrapping it in a task).
         """
 

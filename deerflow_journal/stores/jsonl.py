@@ -255,7 +255,7 @@ class JsonlRunEventStore(RunEventStore):
     def _append_if_absent_sync(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         with self._locked([event.thread_id]) as held:
             cache = self._refreshed(held[event.thread_id])
-            for row in cache.indexes.get("all", event.run_id, event.user_id).rows:
+            for row in cache.indexes.get("events", event.run_id, event.user_id).rows:
                 if row.event_type == event.event_type and row.user_id == event.user_id:
                     return row.record(), False
             return self._write(held, [event])[0], True
@@ -340,13 +340,15 @@ class JsonlRunEventStore(RunEventStore):
             return []
 
         def query(cache: ThreadCache) -> list[RunEvent]:
-            return [row.record() for row in cache.indexes.get("msg", run_id, user_id).page(page)]
+            return [
+                row.record() for row in cache.indexes.get("messages", run_id, user_id).page(page)
+            ]
 
         return await self._read(thread_id, query, [])
 
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:
         def read(cache: ThreadCache) -> list[RunEvent]:
-            rows = cache.indexes.get("all", query.run_id, query.user_id).after(query.after_seq)
+            rows = cache.indexes.get("events", query.run_id, query.user_id).after(query.after_seq)
             return [row.record() for row in query.select(rows, _EVENT_TYPE, _TASK_ID)]
 
         return await self._read(query.thread_id, read, [])
@@ -357,7 +359,7 @@ class JsonlRunEventStore(RunEventStore):
         def query(cache: ThreadCache) -> dict[str, int]:
             found: dict[str, int] = {}
             for run_id in run_ids:
-                for row in reversed(cache.indexes.get("msg", run_id, user_id).rows):
+                for row in reversed(cache.indexes.get("messages", run_id, user_id).rows):
                     caller = row.caller
                     if row.event_type in AI_RESPONSE_EVENT_TYPES and not (
                         isinstance(caller, str) and caller.startswith("middleware:")
@@ -370,7 +372,7 @@ class JsonlRunEventStore(RunEventStore):
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
         return await self._read(
-            thread_id, lambda c: len(c.indexes.get("msg", None, user_id).rows), 0
+            thread_id, lambda c: len(c.indexes.get("messages", None, user_id).rows), 0
         )
 
     # -- deletes -----------------------------------------------------------------------------
@@ -489,7 +491,7 @@ def _write_thread(
 
 
 def _delete_rows(paths: ThreadPaths, cache: ThreadCache, run_id: str, user_id: str | None) -> int:
-    rows = cache.indexes.get("all", run_id, None).rows
+    rows = cache.indexes.get("events", run_id, None).rows
     doomed = sum(1 for row in rows if user_id is None or row.user_id == user_id)
     if doomed == len(rows):
         paths.run_file(run_id).unlink(missing_ok=True)

@@ -137,7 +137,7 @@ class MemoryRunEventStore(RunEventStore):
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
-        for row in thread.get("all", event.run_id, event.user_id).rows:
+        for row in thread.get("events", event.run_id, event.user_id).rows:
             if row[_TYPE] == event.event_type and row[_USER] == event.user_id:
                 return thread.record(row), False
         return (await self._append([event]))[0], True
@@ -148,13 +148,13 @@ class MemoryRunEventStore(RunEventStore):
         thread = self._threads.get(thread_id)
         if thread is None or page.limit == 0:
             return []
-        return [thread.record(row) for row in thread.get("msg", run_id, user_id).page(page)]
+        return [thread.record(row) for row in thread.get("messages", run_id, user_id).page(page)]
 
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:
         thread = self._threads.get(query.thread_id)
         if thread is None:
             return []
-        rows = thread.get("all", query.run_id, query.user_id).after(query.after_seq)
+        rows = thread.get("events", query.run_id, query.user_id).after(query.after_seq)
         return [thread.record(row) for row in query.select(rows, _EVENT_TYPE, _TASK_ID)]
 
     async def _last_visible_ai_seq_by_run(
@@ -165,7 +165,7 @@ class MemoryRunEventStore(RunEventStore):
             return {}
         found: dict[str, int] = {}
         for run_id in run_ids:
-            for row in reversed(thread.get("msg", run_id, user_id).rows):
+            for row in reversed(thread.get("messages", run_id, user_id).rows):
                 caller = row[_CALLER]
                 if row[_TYPE] in AI_RESPONSE_EVENT_TYPES and not (
                     isinstance(caller, str) and caller.startswith("middleware:")
@@ -176,7 +176,7 @@ class MemoryRunEventStore(RunEventStore):
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
         thread = self._threads.get(thread_id)
-        return 0 if thread is None else len(thread.get("msg", None, user_id).rows)
+        return 0 if thread is None else len(thread.get("messages", None, user_id).rows)
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         deleted = 0

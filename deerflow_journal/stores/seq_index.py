@@ -46,7 +46,7 @@ class SeqIndex(Generic[R]):
 
 
 class ThreadIndexes(Generic[R]):
-    """One thread's rows, indexed by kind ("all", or "msg" for messages), run and user.
+    """One thread's rows, indexed by kind ("events", or "messages" for messages), run and user.
 
     ``None`` for the run or the user means every run or every user, so each query reads one
     index and every index stays in ascending seq.
@@ -63,7 +63,7 @@ class ThreadIndexes(Generic[R]):
         """Add a row whose ``seq`` is above every seq of the thread so far."""
         targets = self._targets.get((run_id, user_id, is_message))
         if targets is None:
-            kinds = ("all", "msg") if is_message else ("all",)
+            kinds = ("events", "messages") if is_message else ("events",)
             targets = self._targets[run_id, user_id, is_message] = [
                 self._indexes.setdefault((kind, run, user), SeqIndex())
                 for user in {None, user_id}
@@ -79,8 +79,8 @@ class ThreadIndexes(Generic[R]):
 
     def rows(self) -> list[R]:
         """Every row of the thread, in ascending seq."""
-        return self.get("all", None, None).rows
+        return self.get("events", None, None).rows
 
     def run_ids(self) -> list[str]:
         """Every run with at least one row."""
-        return [run for kind, run, user in self._indexes if kind == "all" and run and not user]
+        return [run for kind, run, user in self._indexes if kind == "events" and run and not user]

@@ -23,7 +23,7 @@ from tests.journal.agents import ai
 
 def plain(value: Any) -> Any:
     """``value`` as a journal batch stores it."""
-    return decode_json(encode_json(value, mapping.MessageDumps()))
+    return decode_json(encode_json(value, mapping.MessageEncoder()))
 
 
 def test_caller_is_the_last_caller_tag():
@@ -125,7 +125,7 @@ def test_message_dumps_keep_custom_model_serialisation():
 
 def test_message_dumps_dump_each_model_once_per_batch():
     message = AIMessage("x", id="a")
-    dumps = mapping.MessageDumps()
+    dumps = mapping.MessageEncoder()
     assert dumps(message) is dumps(message)
 
 
