@@ -29,7 +29,7 @@ import functools
 import itertools
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -298,17 +298,21 @@ class EventQuery:
 
     def select(
         self, rows: Iterable[R], event_type: Callable[[R], str], task_id: Callable[[R], Any]
-    ) -> Iterator[R]:
+    ) -> list[R]:
         """The rows an in-process backend returns, of the run's ``rows`` after ``after_seq``
         in seq order; ``event_type`` and ``task_id`` read a row's fields."""
-        types, task = self.event_types, self.task_id
-        picked = (
-            row
-            for row in rows
-            if (types is None or event_type(row) in types)
-            and (task is None or task_id(row) == task)
-        )
-        return itertools.islice(picked, self.limit)
+        types, task, limit = self.event_types, self.task_id, self.limit
+        if types is None and task is None:
+            return list(itertools.islice(rows, limit))
+        picked: list[R] = []
+        for row in rows:  # a plain loop: this scans every row of a run
+            if (types is None or event_type(row) in types) and (
+                task is None or task_id(row) == task
+            ):
+                picked.append(row)
+                if len(picked) == limit:
+                    break
+        return picked
 
 
 class RunEventStore(ABC):
