@@ -37,6 +37,12 @@ from deerflow_journal.subagent import (
     subagent_run_event,
 )
 from deerflow_journal.summary import RunSummary
+from deerflow_journal.timeline import (
+    TimelineRow,
+    render_summary,
+    render_timeline,
+    timeline_rows,
+)
 from deerflow_journal.workspace import (
     WorkspaceChangeLimits,
     WorkspaceRoot,
@@ -61,6 +67,7 @@ __all__ = [
     "RunJournal",
     "RunSummary",
     "SqliteRunEventStore",
+    "TimelineRow",
     "WorkspaceChangeLimits",
     "WorkspaceRoot",
     "WorkspaceSnapshot",
@@ -74,7 +81,10 @@ __all__ = [
     "memory_context_digests",
     "open_store",
     "record_workspace_changes",
+    "render_summary",
+    "render_timeline",
     "subagent_run_event",
+    "timeline_rows",
     "user_scope",
     "validate_event",
     "visible_messages",

@@ -11,6 +11,9 @@ Run it with ``python3 dev.py demo`` (or ``python examples/quickstart.py``).
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import sys
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -19,7 +22,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from deerflow_journal import RunEvent, RunJournal, RunSummary, default_store_url, open_store
+from deerflow_journal import RunJournal, default_store_url, open_store, render_timeline
 
 WEATHER = {"paris": "sunny, 21 °C", "oslo": "light rain, 9 °C"}
 
@@ -67,54 +70,6 @@ def build_agent() -> Any:
     return graph.compile()
 
 
-def _short(text: Any, width: int = 48) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def describe(event: RunEvent) -> str:
-    """A one-line summary of an event's content."""
-    content, metadata = event["content"], event["metadata"]
-    kind = event["event_type"]
-    if kind == "run.start":
-        return f"chain {content['chain']}"
-    if kind == "llm.ai.response":
-        calls = ", ".join(f"{c['name']}({c['args']})" for c in content["tool_calls"])
-        said = f"calls {calls}" if calls else repr(_short(content["content"]))
-        return f"{said}  [{metadata['usage'].get('total_tokens', 0)} tokens]"
-    if kind == "llm.tool.result":
-        return f"{content['name']} -> {_short(content['content'])}"
-    if kind == "run.end":
-        return f"status {metadata['status']}, {len(content.get('messages', []))} messages"
-    if isinstance(content, dict) and "content" in content:
-        return repr(_short(content["content"]))
-    return _short(content)
-
-
-def print_timeline(events: list[RunEvent]) -> None:
-    """Print seq, type, category, caller and a content summary, one event per line."""
-    print(f"{'seq':>4}  {'type':<16} {'category':<9} {'caller':<11} summary")
-    for event in events:
-        caller = event["metadata"].get("caller", "")
-        print(
-            f"{event['seq']:>4}  {event['event_type']:<16} {event['category']:<9} "
-            f"{caller:<11} {describe(event)}"
-        )
-
-
-def print_summary(summary: RunSummary) -> None:
-    """Print the stored run summary."""
-    print(f"status {summary.status} in {summary.duration_ms} ms")
-    print(
-        f"tokens: {summary.total_tokens} total ({summary.total_input_tokens} in, "
-        f"{summary.total_output_tokens} out) over {summary.llm_call_count} model calls"
-    )
-    for model, usage in summary.token_usage_by_model.items():
-        print(f"  {model}: {usage}")
-    print(f"first human message: {summary.first_human_message!r}")
-    print(f"last AI message:     {summary.last_ai_message!r}")
-
-
 async def main() -> None:
     """Run the agent once with a journal and print what the store holds for the run."""
     async with open_store() as store:
@@ -124,11 +79,12 @@ async def main() -> None:
         await journal.flush()
         assert journal.thread_id is not None and journal.run_id is not None
         print(f"run {journal.run_id} on thread {journal.thread_id} in {default_store_url()}\n")
-        print_timeline(await store.list_events(journal.thread_id, journal.run_id))
+        events = await store.list_events(journal.thread_id, journal.run_id)
         summary = await store.get_run_summary(journal.thread_id, journal.run_id)
-        assert summary is not None
-        print()
-        print_summary(summary)
+        # Colours only on a terminal, and never when NO_COLOR (no-color.org) is set.
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        width = shutil.get_terminal_size((120, 24)).columns  # 120 when not on a terminal
+        print(render_timeline(events, summary, width=width, color=color))
 
 
 if __name__ == "__main__":

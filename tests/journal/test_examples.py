@@ -38,8 +38,10 @@ def test_quickstart_prints_the_timeline_and_summary_from_the_default_store(tmp_p
     )
     lines = done.stdout.splitlines()
     assert "in sqlite:///.deer-flow/journal.db" in lines[0]
-    timeline = [line.split()[1] for line in lines[2:9]]
-    assert timeline == ["type", *ONE_TOOL_CALL_SEQUENCE]
+    assert lines[2].split() == ["seq", "time", "event", "caller", "details"]
+    timeline = [line.split()[2] for line in lines[3:9]]
+    assert timeline == ONE_TOOL_CALL_SEQUENCE
+    assert "↳ #" in lines[6] and "get_weather ✓ sunny, 21 °C" in lines[6]
     assert "status success" in done.stdout
     assert "tokens: 312 total (280 in, 32 out) over 2 model calls" in done.stdout
     assert (tmp_path / ".deer-flow" / "journal.db").is_file()
