@@ -37,6 +37,7 @@ from deerflow_journal.subagent import (
     subagent_run_event,
 )
 from deerflow_journal.summary import RunSummary
+from deerflow_journal.sync import SyncStore, open_sync_store
 from deerflow_journal.workspace import (
     WorkspaceChangeLimits,
     WorkspaceRoot,
@@ -61,6 +62,7 @@ __all__ = [
     "RunJournal",
     "RunSummary",
     "SqliteRunEventStore",
+    "SyncStore",
     "WorkspaceChangeLimits",
     "WorkspaceRoot",
     "WorkspaceSnapshot",
@@ -73,6 +75,7 @@ __all__ = [
     "load_contract",
     "memory_context_digests",
     "open_store",
+    "open_sync_store",
     "record_workspace_changes",
     "subagent_run_event",
     "user_scope",
