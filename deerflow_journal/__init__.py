@@ -37,6 +37,7 @@ from deerflow_journal.subagent import (
     subagent_run_event,
 )
 from deerflow_journal.summary import RunSummary
+from deerflow_journal.sync import SyncStore, open_sync_store
 from deerflow_journal.timeline import (
     TimelineRow,
     render_summary,
@@ -67,6 +68,7 @@ __all__ = [
     "RunJournal",
     "RunSummary",
     "SqliteRunEventStore",
+    "SyncStore",
     "TimelineRow",
     "WorkspaceChangeLimits",
     "WorkspaceRoot",
@@ -80,6 +82,7 @@ __all__ = [
     "load_contract",
     "memory_context_digests",
     "open_store",
+    "open_sync_store",
     "record_workspace_changes",
     "render_summary",
     "render_timeline",

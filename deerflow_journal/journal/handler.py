@@ -36,6 +36,7 @@ from deerflow_journal.records import check_text, current_user_id
 from deerflow_journal.stores import JournalStore, RunEventStore, open_store
 from deerflow_journal.subagent import subagent_run_event
 from deerflow_journal.summary import RunSummary
+from deerflow_journal.sync import SyncStore
 from deerflow_journal.workspace import WorkspaceChangeLimits, WorkspaceRoot
 
 __all__ = ["RunJournal"]
@@ -74,6 +75,9 @@ def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
 
 def _checked_store(store: Any) -> Any:
     """``store`` if it has the two async methods a journal writes through, else TypeError."""
+    if isinstance(store, SyncStore):  # its async store, which is written on the facade's loop
+        store.setup()
+        return store.store
     for name in ("put_batch", "put_run_summary"):
         if not callable(getattr(store, name, None)):
             raise TypeError(
@@ -103,7 +107,7 @@ class RunJournal(GraphCallbackHandler):
             ``aclose()``/``close()``. A store passed in belongs to the caller and is used on
             the loop it was set up on while that loop runs (a plain ``invoke`` in a worker
             thread beside it included), else on the loop the callbacks run on, else on the
-            journal's background loop.
+            journal's background loop. A ``SyncStore`` hands over its store, run on its loop.
         track_token_usage: Count tokens (``False`` leaves every token figure at zero).
         flush_threshold: Write a batch in the background once this many events are pending.
         progress_reporter: Async callable receiving ``get_completion_data()`` snapshots.
@@ -124,7 +128,7 @@ class RunJournal(GraphCallbackHandler):
         self,
         run_id: str | None = None,
         thread_id: str | None = None,
-        event_store: RunEventStore | JournalStore | str | None = None,
+        event_store: RunEventStore | JournalStore | SyncStore | str | None = None,
         *,
         track_token_usage: bool = True,
         flush_threshold: int = 20,
