@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The upstream contract we stay wire-compatible with, kept verbatim as test data.
 UPSTREAM = Path(__file__).resolve().parent / "data" / "upstream_run_event_stream_contract.json"
 # The events this package writes beyond that upstream contract, the one it grew from.
-BEYOND_SEED = {"run.interrupt", "run.resume", "tool.error", "tool.unresolved"}
+BEYOND_UPSTREAM = {"run.interrupt", "run.resume", "tool.error", "tool.unresolved"}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_catalog_groups_partition_the_fixed_definitions():
     assert groups == FIXED_RUN_EVENT_DEFINITIONS
     assert len({d.event_type for d in groups}) == len(groups)
     journal_types = {d.event_type for d in JOURNAL_RUN_EVENT_DEFINITIONS}
-    assert journal_types >= BEYOND_SEED
+    assert journal_types >= BEYOND_UPSTREAM
 
 
 def test_legacy_alias_is_in_the_contract_and_never_a_catalog_event(contract):
@@ -89,7 +89,7 @@ def test_legacy_alias_is_in_the_contract_and_never_a_catalog_event(contract):
     assert "ai_message" not in {d.event_type for d in FIXED_RUN_EVENT_DEFINITIONS}
 
 
-def test_seed_events_keep_the_upstream_names_categories_and_schemas(contract):
+def test_upstream_events_keep_their_names_categories_and_schemas(contract):
     """The upstream contract's events keep their names, categories and schemas here."""
     upstream = json.loads(UPSTREAM.read_text())
     ours = {e["event_type"]: e for e in contract["events"]}
@@ -98,7 +98,7 @@ def test_seed_events_keep_the_upstream_names_categories_and_schemas(contract):
         assert mine["category"] == event["category"]
         assert mine["content_schema"] == event["content_schema"], event["event_type"]
         assert mine["metadata_schema"] == event["metadata_schema"], event["event_type"]
-    assert set(ours) - {e["event_type"] for e in upstream["events"]} == BEYOND_SEED
+    assert set(ours) - {e["event_type"] for e in upstream["events"]} == BEYOND_UPSTREAM
     assert contract["record_schema"] == upstream["record_schema"]
     for key in ("pattern", "category", "known_tags", "event_type_schema", "tag_schema"):
         assert (
