@@ -42,6 +42,7 @@ __all__ = [
     "WORKSPACE_RUN_EVENT_DEFINITIONS",
     "RunEventDefinition",
     "RunEventPattern",
+    "is_middleware_caller",
 ]
 
 RUN_EVENT_TYPE_MAX_LENGTH = 32
@@ -137,6 +138,12 @@ MIDDLEWARE_EVENT_TAGS = (
     MIDDLEWARE_SKILL_ACTIVATION_TAG,
     MIDDLEWARE_SKILL_SECRETS_TAG,
 )
+
+
+def is_middleware_caller(caller: object) -> bool:
+    """Whether an event's ``metadata.caller`` names a middleware (``middleware:{tag}``)."""
+    return isinstance(caller, str) and caller.startswith(MIDDLEWARE_EVENT_PATTERN.prefix)
+
 
 JOURNAL_RUN_EVENT_DEFINITIONS = (
     RUN_START_EVENT,

@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deerflow_journal.catalog import MEMORY_CONTEXT_EVENT, WORKSPACE_CHANGES_EVENT
+from deerflow_journal.catalog import (
+    MEMORY_CONTEXT_EVENT,
+    WORKSPACE_CHANGES_EVENT,
+    is_middleware_caller,
+)
 from deerflow_journal.records import AUTO, Auto, RunEvent
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, RunEventStore
 
@@ -30,7 +34,7 @@ def _visible(event: Mapping[str, Any]) -> bool:
     if event.get("category") != "message" or _hidden(event):
         return False
     caller = _caller(event)
-    if caller.startswith("middleware:"):
+    if is_middleware_caller(caller):
         return False
     return not (
         event.get("event_type") in AI_RESPONSE_EVENT_TYPES and caller.startswith("subagent:")

@@ -37,6 +37,7 @@ __all__ = [
     "current_user_id",
     "decode_json",
     "encode_json",
+    "make_record",
     "normalise_batch",
     "normalise_created_at",
     "normalise_event",
@@ -303,6 +304,32 @@ def normalise_created_at(value: datetime | str | None, field: str = "created_at"
         raise ValueError(f"{field} is outside the years 1 to 9999 in UTC: {value!r}") from None
 
 
+def make_record(
+    thread_id: str,
+    run_id: str,
+    seq: int,
+    event_type: str,
+    category: str,
+    content: Any,
+    metadata: Any,
+    created_at: str,
+    user_id: str | None,
+) -> RunEvent:
+    """The stored record of these fields, its keys in the order every backend returns."""
+    # Built only here, so the order is one: JSONL lines and JSON dumps of records show it.
+    return {
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "seq": seq,
+        "event_type": event_type,
+        "category": category,
+        "content": content,
+        "metadata": metadata,
+        "created_at": created_at,
+        "user_id": user_id,
+    }
+
+
 @dataclass(slots=True)
 class PendingEvent:
     """A validated, normalised event on its way into a backend (seq not yet assigned)."""
@@ -324,17 +351,17 @@ class PendingEvent:
 
     def record(self, seq: int) -> RunEvent:
         """Return the stored record this event becomes once it has ``seq``."""
-        return {
-            "thread_id": self.thread_id,
-            "run_id": self.run_id,
-            "seq": seq,
-            "event_type": self.event_type,
-            "category": self.category,
-            "content": self.content,
-            "metadata": self.metadata,
-            "created_at": self.created_at,
-            "user_id": self.user_id,
-        }
+        return make_record(
+            self.thread_id,
+            self.run_id,
+            seq,
+            self.event_type,
+            self.category,
+            orjson.loads(self.content_json),
+            self.metadata,
+            self.created_at,
+            self.user_id,
+        )
 
 
 def normalise_event(

@@ -95,7 +95,7 @@ logger = logging.getLogger(__name__)
 
 LEAD_AGENT = "lead_agent"
 LAST_AI_MESSAGE_MAX_CHARS = 2000
-_CALLER_PREFIXES = ("subagent:", "middleware:")
+_CALLER_PREFIXES = ("subagent:", MIDDLEWARE_EVENT_PATTERN.prefix)
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 UnresolvedReason = Literal["interrupted", "cancelled", "run_failed", "run_ended"]
@@ -609,7 +609,7 @@ def middleware_event(
         "event_type": event_type,
         "category": MIDDLEWARE_EVENT_PATTERN.category,
         "content": {"name": name, "hook": hook, "action": action, "changes": dict(changes)},
-        "metadata": {"caller": f"middleware:{tag}"},
+        "metadata": {"caller": event_type},  # its caller name is its type
     }
 
 

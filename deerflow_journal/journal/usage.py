@@ -11,6 +11,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
+from deerflow_journal.catalog import is_middleware_caller
+
 __all__ = ["TokenCounts", "TokenUsage", "token_counts"]
 
 # Detail buckets kept per model only when non-zero: (bucket, usage details key, detail name).
@@ -112,7 +114,7 @@ class TokenUsage:
         self.total_tokens += total
         if caller.startswith("subagent:"):
             self.subagent_tokens += total
-        elif caller.startswith("middleware:"):
+        elif is_middleware_caller(caller):
             self.middleware_tokens += total
         else:
             self.lead_agent_tokens += total

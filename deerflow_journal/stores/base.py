@@ -488,7 +488,8 @@ class RunEventStore(ABC):
         page = MessagePage(limit, before_seq, after_seq)
         user = resolve_read_user(user_id)
         await self._ready()
-        return await self._list_messages(_check_thread(thread_id), None, page, user)
+        thread = _check_thread(thread_id)
+        return [] if page.limit == 0 else await self._list_messages(thread, None, page, user)
 
     async def list_messages_by_run(
         self,
@@ -504,7 +505,8 @@ class RunEventStore(ABC):
         page = MessagePage(limit, before_seq, after_seq)
         user = resolve_read_user(user_id)
         await self._ready()
-        return await self._list_messages(_check_thread(thread_id), _check_run(run_id), page, user)
+        thread, run = _check_thread(thread_id), _check_run(run_id)
+        return [] if page.limit == 0 else await self._list_messages(thread, run, page, user)
 
     async def list_events(
         self,
@@ -681,7 +683,9 @@ class RunEventStore(ABC):
     @abstractmethod
     async def _list_messages(
         self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
-    ) -> list[RunEvent]: ...
+    ) -> list[RunEvent]:
+        """The message rows of ``page`` (its ``limit`` is at least 1), of one run unless
+        ``run_id`` is None."""
 
     @abstractmethod
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:

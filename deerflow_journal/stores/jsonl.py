@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import operator
 import os
 import threading
 from collections import OrderedDict
@@ -42,7 +41,6 @@ from typing import Any, TypeVar
 
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent
 from deerflow_journal.stores.base import (
-    AI_RESPONSE_EVENT_TYPES,
     EventQuery,
     JournalBatch,
     MessagePage,
@@ -80,8 +78,6 @@ from deerflow_journal.summary import other_users_summary_error
 __all__ = ["JsonlRunEventStore"]
 
 logger = logging.getLogger(__name__)
-
-_EVENT_TYPE, _TASK_ID = operator.attrgetter("event_type"), operator.attrgetter("task_id")
 
 _T = TypeVar("_T")
 _Sizes = dict[str, tuple[int, int]]
@@ -254,10 +250,10 @@ class JsonlRunEventStore(RunEventStore):
 
     def _append_if_absent_sync(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         with self._locked([event.thread_id]) as held:
-            cache = self._refreshed(held[event.thread_id])
-            for row in cache.indexes.get("events", event.run_id, event.user_id).rows:
-                if row.event_type == event.event_type and row.user_id == event.user_id:
-                    return row.record(), False
+            indexes = self._refreshed(held[event.thread_id]).indexes
+            row = indexes.first_of_type(event.run_id, event.event_type, event.user_id)
+            if row is not None:
+                return row.record(), False
             return self._write(held, [event])[0], True
 
     def _write(
@@ -336,44 +332,26 @@ class JsonlRunEventStore(RunEventStore):
     async def _list_messages(
         self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
     ) -> list[RunEvent]:
-        if page.limit == 0:
-            return []
-
         def query(cache: ThreadCache) -> list[RunEvent]:
-            return [
-                row.record() for row in cache.indexes.get("messages", run_id, user_id).page(page)
-            ]
+            return [row.record() for row in cache.indexes.page(run_id, user_id, page)]
 
         return await self._read(thread_id, query, [])
 
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:
         def read(cache: ThreadCache) -> list[RunEvent]:
-            rows = cache.indexes.get("events", query.run_id, query.user_id).after(query.after_seq)
-            return [row.record() for row in query.select(rows, _EVENT_TYPE, _TASK_ID)]
+            return [row.record() for row in cache.indexes.select(query)]
 
         return await self._read(query.thread_id, read, [])
 
     async def _last_visible_ai_seq_by_run(
         self, thread_id: str, run_ids: list[str], user_id: str | None
     ) -> dict[str, int]:
-        def query(cache: ThreadCache) -> dict[str, int]:
-            found: dict[str, int] = {}
-            for run_id in run_ids:
-                for row in reversed(cache.indexes.get("messages", run_id, user_id).rows):
-                    caller = row.caller
-                    if row.event_type in AI_RESPONSE_EVENT_TYPES and not (
-                        isinstance(caller, str) and caller.startswith("middleware:")
-                    ):
-                        found[run_id] = row.seq
-                        break
-            return found
-
-        return await self._read(thread_id, query, {})
+        return await self._read(
+            thread_id, lambda c: c.indexes.last_visible_ai_seq_by_run(run_ids, user_id), {}
+        )
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
-        return await self._read(
-            thread_id, lambda c: len(c.indexes.get("messages", None, user_id).rows), 0
-        )
+        return await self._read(thread_id, lambda c: c.indexes.count_messages(user_id), 0)
 
     # -- deletes -----------------------------------------------------------------------------
 

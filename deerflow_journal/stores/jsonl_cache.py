@@ -11,13 +11,14 @@ what a batch still pending wrote.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from deerflow_journal.records import PendingEvent, RunEvent
+from deerflow_journal.records import PendingEvent, RunEvent, make_record
 from deerflow_journal.stores.jsonl_files import (
     ThreadState,
     cut_lines,
@@ -28,41 +29,29 @@ from deerflow_journal.stores.jsonl_files import (
     steady,
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
-from deerflow_journal.stores.seq_index import ThreadIndexes
+from deerflow_journal.stores.seq_index import RowFields, ThreadIndexes
 
 __all__ = ["Row", "ThreadCache", "encode_line"]
 
 logger = logging.getLogger(__name__)
 
-_RECORD_KEYS = (
-    "thread_id",
-    "run_id",
-    "seq",
-    "event_type",
-    "category",
-    "content",
-    "metadata",
-    "created_at",
-    "user_id",
-)
+_KEYS_PER_RECORD = len(RunEvent.__annotations__)
 
 
 def encode_line(event: PendingEvent, seq: int) -> bytes:
     """Return the stored line of ``event`` at ``seq``: the record as JSON and a newline."""
-    return orjson.dumps(
-        {
-            "thread_id": event.thread_id,
-            "run_id": event.run_id,
-            "seq": seq,
-            "event_type": event.event_type,
-            "category": event.category,
-            "content": orjson.Fragment(event.content_json),
-            "metadata": orjson.Fragment(event.metadata_json),
-            "created_at": event.created_at,
-            "user_id": event.user_id,
-        },
-        option=orjson.OPT_APPEND_NEWLINE,
+    record = make_record(
+        event.thread_id,
+        event.run_id,
+        seq,
+        event.event_type,
+        event.category,
+        orjson.Fragment(event.content_json),  # the normalised JSON text, verbatim
+        orjson.Fragment(event.metadata_json),
+        event.created_at,
+        event.user_id,
     )
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
 
 
 @dataclass(slots=True)
@@ -123,10 +112,29 @@ class Row:
     def record(self) -> RunEvent:
         """Decode a fresh copy of the stored record (unknown keys dropped)."""
         data = orjson.loads(self.line)
-        if len(data) != len(_RECORD_KEYS):
-            data = {k: data[k] for k in _RECORD_KEYS if k in data}
-            data.setdefault("user_id", None)
-        return data
+        if len(data) == _KEYS_PER_RECORD:
+            return data
+        # A line not written by ``encode_line`` (extra keys, no user_id): ``parse`` found the
+        # other keys in it.
+        return make_record(
+            data["thread_id"],
+            data["run_id"],
+            data["seq"],
+            data["event_type"],
+            data["category"],
+            data["content"],
+            data["metadata"],
+            data["created_at"],
+            data.get("user_id"),
+        )
+
+
+_FIELDS: RowFields[Row] = RowFields(
+    event_type=operator.attrgetter("event_type"),
+    user_id=operator.attrgetter("user_id"),
+    task_id=operator.attrgetter("task_id"),
+    caller=operator.attrgetter("caller"),
+)
 
 
 class ThreadCache:
@@ -142,7 +150,7 @@ class ThreadCache:
         self.gen: int | None = None
         self.epoch: int | None = None
         self.offsets: dict[str, int] = {}
-        self.indexes: ThreadIndexes[Row] = ThreadIndexes()
+        self.indexes = ThreadIndexes(_FIELDS)
 
     def matches(self, state: ThreadState) -> bool:
         """Whether the cache holds exactly what ``state`` describes."""
@@ -229,6 +237,6 @@ class ThreadCache:
         known = self.indexes.rows()
         if rows and known and rows[0].seq <= known[-1].seq:
             rows = sorted([*known, *rows], key=lambda r: r.seq)
-            self.indexes = ThreadIndexes()
+            self.indexes = ThreadIndexes(_FIELDS)
         for row in rows:
             self.indexes.add(row, row.seq, row.run_id, row.user_id, row.category == "message")

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from typing import Any
 
-from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent, decode_json
+from deerflow_journal.records import (
+    DEFAULT_MAX_TRACE_CONTENT,
+    PendingEvent,
+    RunEvent,
+    decode_json,
+    make_record,
+)
 from deerflow_journal.stores.base import (
-    AI_RESPONSE_EVENT_TYPES,
     EventQuery,
     JournalBatch,
     MessagePage,
     RecentBatchIds,
     RunEventStore,
 )
-from deerflow_journal.stores.seq_index import SeqIndex, ThreadIndexes
+from deerflow_journal.stores.seq_index import RowFields, ThreadIndexes
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MemoryRunEventStore"]
@@ -25,7 +31,12 @@ __all__ = ["MemoryRunEventStore"]
 # caller are taken at write time, when they are strings, for the queries that filter on them.
 _Row = tuple[int, str, str, str, str, str, str, "str | None", Any, Any]
 _SEQ, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(10)
-_EVENT_TYPE, _TASK_ID = operator.itemgetter(_TYPE), operator.itemgetter(_TASK)
+_FIELDS: RowFields[_Row] = RowFields(
+    event_type=operator.itemgetter(_TYPE),
+    user_id=operator.itemgetter(_USER),
+    task_id=operator.itemgetter(_TASK),
+    caller=operator.itemgetter(_CALLER),
+)
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -40,30 +51,35 @@ class _Thread:
     def __init__(self, thread_id: str, last_seq: int = 0) -> None:
         self.thread_id = thread_id
         self.last_seq = last_seq
-        self.indexes: ThreadIndexes[_Row] = ThreadIndexes()
+        self.indexes = ThreadIndexes(_FIELDS)
 
     def add(self, row: _Row) -> None:
         self.indexes.add(row, row[_SEQ], row[_RUN], row[_USER], row[_CATEGORY] == "message")
 
-    def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[_Row]:
-        return self.indexes.get(kind, run_id, user_id)
-
     def rows(self) -> list[_Row]:
         return self.indexes.rows()
 
-    def record(self, row: _Row) -> RunEvent:
-        """The stored record of ``row``; decoding the JSON text hands every reader a copy."""
-        return {
-            "thread_id": self.thread_id,
-            "run_id": row[_RUN],
-            "seq": row[_SEQ],
-            "event_type": row[_TYPE],
-            "category": row[_CATEGORY],
-            "content": decode_json(row[_CONTENT]),
-            "metadata": decode_json(row[_METADATA]),
-            "created_at": row[_CREATED],
-            "user_id": row[_USER],
-        }
+    def records(self, rows: Iterable[_Row]) -> list[RunEvent]:
+        """The stored records of ``rows``; decoding the JSON text hands every reader a copy."""
+        thread_id = self.thread_id
+        return [
+            make_record(
+                thread_id,
+                row[_RUN],
+                row[_SEQ],
+                row[_TYPE],
+                row[_CATEGORY],
+                decode_json(row[_CONTENT]),
+                decode_json(row[_METADATA]),
+                row[_CREATED],
+                row[_USER],
+            )
+            for row in rows
+        ]
+
+
+# What a read finds of a thread never written: its empty indexes answer every query.
+_UNWRITTEN = _Thread("")
 
 
 class MemoryRunEventStore(RunEventStore):
@@ -137,46 +153,29 @@ class MemoryRunEventStore(RunEventStore):
 
     async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
         thread = self._thread(event.thread_id)
-        for row in thread.get("events", event.run_id, event.user_id).rows:
-            if row[_TYPE] == event.event_type and row[_USER] == event.user_id:
-                return thread.record(row), False
+        row = thread.indexes.first_of_type(event.run_id, event.event_type, event.user_id)
+        if row is not None:
+            return thread.records([row])[0], False
         return (await self._append([event]))[0], True
 
     async def _list_messages(
         self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
     ) -> list[RunEvent]:
-        thread = self._threads.get(thread_id)
-        if thread is None or page.limit == 0:
-            return []
-        return [thread.record(row) for row in thread.get("messages", run_id, user_id).page(page)]
+        thread = self._threads.get(thread_id, _UNWRITTEN)
+        return thread.records(thread.indexes.page(run_id, user_id, page))
 
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:
-        thread = self._threads.get(query.thread_id)
-        if thread is None:
-            return []
-        rows = thread.get("events", query.run_id, query.user_id).after(query.after_seq)
-        return [thread.record(row) for row in query.select(rows, _EVENT_TYPE, _TASK_ID)]
+        thread = self._threads.get(query.thread_id, _UNWRITTEN)
+        return thread.records(thread.indexes.select(query))
 
     async def _last_visible_ai_seq_by_run(
         self, thread_id: str, run_ids: list[str], user_id: str | None
     ) -> dict[str, int]:
-        thread = self._threads.get(thread_id)
-        if thread is None:
-            return {}
-        found: dict[str, int] = {}
-        for run_id in run_ids:
-            for row in reversed(thread.get("messages", run_id, user_id).rows):
-                caller = row[_CALLER]
-                if row[_TYPE] in AI_RESPONSE_EVENT_TYPES and not (
-                    isinstance(caller, str) and caller.startswith("middleware:")
-                ):
-                    found[run_id] = row[_SEQ]
-                    break
-        return found
+        thread = self._threads.get(thread_id, _UNWRITTEN)
+        return thread.indexes.last_visible_ai_seq_by_run(run_ids, user_id)
 
     async def _count_messages(self, thread_id: str, user_id: str | None) -> int:
-        thread = self._threads.get(thread_id)
-        return 0 if thread is None else len(thread.get("messages", None, user_id).rows)
+        return self._threads.get(thread_id, _UNWRITTEN).indexes.count_messages(user_id)
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         deleted = 0

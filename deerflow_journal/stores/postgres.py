@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Self, TypeVar
 
 try:
@@ -32,6 +32,7 @@ except ImportError as exc:
         "pip install 'deerflow-journal[postgres]'"
     ) from exc
 
+from deerflow_journal.catalog import MIDDLEWARE_EVENT_PATTERN
 from deerflow_journal.records import (
     DEFAULT_MAX_TRACE_CONTENT,
     EventRefused,
@@ -39,6 +40,7 @@ from deerflow_journal.records import (
     RunEvent,
     decode_json,
     encode_json,
+    make_record,
     normalise_created_at,
 )
 from deerflow_journal.stores.base import (
@@ -182,12 +184,13 @@ _FIND_TYPE_IN_RUN = f"""SELECT {_COLUMNS} FROM run_events
     WHERE thread_id = %s AND run_id = %s AND event_type = %s
       AND user_id IS NOT DISTINCT FROM %s::text
     ORDER BY seq LIMIT 1"""
-_LAST_VISIBLE_AI = """SELECT r.run_id, e.seq FROM unnest(%s::text[]) AS r (run_id)
+# The caller test is is_middleware_caller in SQL; {user} is filled in per call.
+_LAST_VISIBLE_AI = f"""SELECT r.run_id, e.seq FROM unnest(%s::text[]) AS r (run_id)
 CROSS JOIN LATERAL (
     SELECT seq FROM run_events
-    WHERE thread_id = %s AND run_id = r.run_id AND category = 'message'
-      AND event_type = ANY(%s) AND (caller IS NULL OR NOT starts_with(caller, 'middleware:'))
-      {user}
+    WHERE thread_id = %s AND run_id = r.run_id AND category = 'message' AND event_type = ANY(%s)
+      AND (caller IS NULL OR NOT starts_with(caller, '{MIDDLEWARE_EVENT_PATTERN.prefix}'))
+      {{user}}
     ORDER BY seq DESC LIMIT 1
 ) AS e"""
 # A thread's message count: the sum over its users, or one user's ("" holds rows without one).
@@ -370,7 +373,7 @@ class PostgresRunEventStore(RunEventStore):
                 await cur.execute(_FIND_TYPE_IN_RUN, key)
                 existing = await cur.fetchone()
                 if existing is not None:
-                    return _record(existing), False
+                    return _records([existing])[0], False
                 await cur.execute(_INSERT_BATCH, _batch_columns([event]))
                 last_seqs = dict(await cur.fetchall())
         return _assign_seqs([event], last_seqs)[0], True
@@ -387,8 +390,6 @@ class PostgresRunEventStore(RunEventStore):
     async def _list_messages(
         self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
     ) -> list[RunEvent]:
-        if page.limit == 0:
-            return []
         where, params = _filters(thread_id, run_id=run_id, user_id=user_id)
         where += " AND category = 'message'"
         if page.before_seq is not None:
@@ -402,7 +403,7 @@ class PostgresRunEventStore(RunEventStore):
         rows = await self._select(sql, [*params, page.limit])
         if page.from_end:
             rows.reverse()
-        return [_record(row) for row in rows]
+        return _records(rows)
 
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:
         where, params = _filters(query.thread_id, run_id=query.run_id, user_id=query.user_id)
@@ -416,7 +417,7 @@ class PostgresRunEventStore(RunEventStore):
             where += " AND seq > %s"
             params.append(query.after_seq)
         sql = f"SELECT {_COLUMNS} FROM run_events WHERE {where} ORDER BY seq LIMIT %s"
-        return [_record(row) for row in await self._select(sql, [*params, query.limit])]
+        return _records(await self._select(sql, [*params, query.limit]))
 
     async def _last_visible_ai_seq_by_run(
         self, thread_id: str, run_ids: list[str], user_id: str | None
@@ -590,19 +591,22 @@ def _assign_seqs(events: list[PendingEvent], last_seqs: dict[str, int]) -> list[
     return records
 
 
-def _record(row: TupleRow) -> RunEvent:
-    thread_id, run_id, seq, event_type, category, content, metadata, created_at, user_id = row
-    return {
-        "thread_id": thread_id,
-        "run_id": run_id,
-        "seq": seq,
-        "event_type": event_type,
-        "category": category,
-        "content": _decode(content),
-        "metadata": _decode(metadata),
-        "created_at": normalise_created_at(created_at),
-        "user_id": user_id,
-    }
+def _records(rows: Iterable[TupleRow]) -> list[RunEvent]:
+    """The records of rows of ``_COLUMNS``."""
+    return [
+        make_record(
+            thread,
+            run,
+            seq,
+            type_,
+            category,
+            _decode(content),
+            _decode(meta),
+            normalise_created_at(at),
+            user,
+        )
+        for thread, run, seq, type_, category, content, meta, at, user in rows
+    ]
 
 
 def _decode(text: str) -> Any:

@@ -42,12 +42,14 @@ from typing import Any, Self, TypeVar
 
 import aiosqlite
 
+from deerflow_journal.catalog import MIDDLEWARE_EVENT_PATTERN
 from deerflow_journal.records import (
     DEFAULT_MAX_TRACE_CONTENT,
     PendingEvent,
     RunEvent,
     decode_json,
     encode_json,
+    make_record,
 )
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
@@ -87,6 +89,9 @@ _BATCH_COLUMNS = (
     "task_id, caller"
 )
 _AI_TYPES = ", ".join(f"'{t}'" for t in AI_RESPONSE_EVENT_TYPES)
+# is_middleware_caller in SQL: GLOB is case-sensitive, as startswith is, and the prefix holds
+# no wildcard.
+_NOT_MIDDLEWARE = f"(caller IS NULL OR caller NOT GLOB '{MIDDLEWARE_EVENT_PATTERN.prefix}*')"
 # One event in one statement, numbered in SQL: its own transaction, with no BEGIN or COMMIT.
 _APPEND_ONE_SQL = (
     f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES ("
@@ -248,8 +253,6 @@ class SqliteRunEventStore(RunEventStore):
     async def _list_messages(
         self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
     ) -> list[RunEvent]:
-        if page.limit == 0:
-            return []
         where, params = ["thread_id = ?", "category = 'message'"], [thread_id]
         if run_id is not None:
             where.append("run_id = ?")
@@ -269,7 +272,7 @@ class SqliteRunEventStore(RunEventStore):
         )
         if page.from_end:
             rows.reverse()
-        return [_record(row) for row in rows]
+        return _records(rows)
 
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:
         where: list[str] = ["thread_id = ?", "run_id = ?"]
@@ -287,7 +290,7 @@ class SqliteRunEventStore(RunEventStore):
             f"SELECT {_COLUMNS} FROM run_events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
             (*params, query.limit),
         )
-        return [_record(row) for row in rows]
+        return _records(rows)
 
     async def _last_visible_ai_seq_by_run(
         self, thread_id: str, run_ids: list[str], user_id: str | None
@@ -297,7 +300,7 @@ class SqliteRunEventStore(RunEventStore):
             "run_id = runs.value",
             "category = 'message'",
             f"event_type IN ({_AI_TYPES})",
-            "(caller IS NULL OR caller NOT GLOB 'middleware:*')",
+            _NOT_MIDDLEWARE,
         ]
         params: list[Any] = [thread_id]
         _filter_user(where, params, user_id, by_run=True)
@@ -590,7 +593,7 @@ def _insert_if_absent(event: PendingEvent) -> Statements[tuple[RunEvent, bool]]:
     key = (event.thread_id, event.run_id, event.event_type, event.user_id)
     found = yield _FIRST_OF_TYPE_SQL, key
     if found:
-        return _record(found[0]), False
+        return _records(found)[0], False
     (seq,) = yield from _insert_numbered([event])
     return event.record(seq), True
 
@@ -687,15 +690,11 @@ def _filter_user(where: list[str], params: list[Any], user_id: str | None, *, by
     params.append(user_id)
 
 
-def _record(row: Sequence[Any]) -> RunEvent:
-    return {
-        "thread_id": row[0],
-        "run_id": row[1],
-        "seq": row[2],
-        "event_type": row[3],
-        "category": row[4],
-        "content": decode_json(row[5]),
-        "metadata": decode_json(row[6]),
-        "created_at": row[7],
-        "user_id": row[8],
-    }
+def _records(rows: Iterable[Sequence[Any]]) -> list[RunEvent]:
+    """The records of rows of ``_COLUMNS``."""
+    return [
+        make_record(
+            thread, run, seq, type_, category, decode_json(content), decode_json(meta), at, user
+        )
+        for thread, run, seq, type_, category, content, meta, at, user in rows
+    ]
