@@ -397,24 +397,29 @@ def cmd_summary(args: argparse.Namespace, out: _Out) -> None:
 # -- tail -----------------------------------------------------------------------------------
 
 
-def _tail_lines(events: Sequence[RunEvent], out: _Out) -> Iterator[str]:
-    """One line per event: seq, time (UTC), run, event type, caller and what happened."""
-    rows = timeline_rows(events)
-    for event, row in zip(sorted(events, key=lambda e: e["seq"]), rows, strict=True):
-        when = event["created_at"][11:23]
-        caller = "" if row.caller == row.kind else row.caller
-        head = f"{row.seq:>6}  {when}  {_middle(row.run_id, 8):<8}  "
-        kind = f"{row.kind:<17}  "
-        rest = f"{caller}  {row.text}" if caller else row.text
-        line = fit(head + kind + rest, out.width)
-        if out.color:
+class _TailPrinter:
+    """Events as ``tail`` prints them: a ``-- run ID`` line where the run changes, then one
+    line per event: seq, time (UTC), event type, caller and what happened."""
+
+    def __init__(self, out: _Out) -> None:
+        self.out = out
+        self.run_id: str | None = None
+
+    def print(self, events: Sequence[RunEvent]) -> None:
+        """Print ``events`` (in seq order) and flush."""
+        out = self.out
+        for event, row in zip(events, timeline_rows(events), strict=True):
+            if row.run_id != self.run_id:
+                self.run_id = row.run_id
+                out.line(out.paint(out.fit(f"-- run {row.run_id}"), _BOLD))
+            caller = "" if row.caller == row.kind else row.caller
+            head = f"{row.seq:>6}  {event['created_at'][11:23]}  "
+            kind = f"{row.kind:<16}  "
+            rest = out.fit(head + kind + (f"{caller}  {row.text}" if caller else row.text))
+            rest = rest[len(head) + len(kind) :]
             tone = _STATUS_COLORS.get(row.status or "", "")
-            line = (
-                out.paint(line[: len(head)], _DIM)
-                + out.paint(line[len(head) : len(head) + len(kind)], tone)
-                + line[len(head) + len(kind) :]
-            )
-        yield line
+            out.line(out.paint(head, _DIM) + out.paint(kind, tone) + rest)
+        out.stream.flush()
 
 
 class _Follower:
@@ -492,14 +497,11 @@ def cmd_tail(args: argparse.Namespace, out: _Out) -> None:
             first = follower.start(args.lines)
             if not follower.read_to:
                 raise _no_thread(args.thread)
-            for line in _tail_lines(first, out):
-                out.line(line)
-            out.stream.flush()
+            printer = _TailPrinter(out)
+            printer.print(first)
             while args.follow:
                 time.sleep(args.interval)
-                for line in _tail_lines(follower.poll(), out):
-                    out.line(line)
-                out.stream.flush()
+                printer.print(follower.poll())
     except KeyboardInterrupt:
         # Ctrl-C is how --follow ends.
         with contextlib.suppress(BrokenPipeError):

@@ -165,10 +165,14 @@ def test_summary_shows_status_tokens_and_messages(journal_db: str):
 
 
 def test_tail_prints_the_threads_latest_events(journal_db: str):
-    events, _ = asyncio.run(read_back(journal_db, "weather"))
+    events, summaries = asyncio.run(read_back(journal_db, "weather"))
     lines = ok("--url", journal_db, "tail", "weather", "-n", "4").splitlines()
-    assert [int(line.split()[0]) for line in lines] == [e["seq"] for e in events[-4:]]
-    assert [line.split()[3] for line in lines] == [e["event_type"] for e in events[-4:]]
+    assert lines[0] == f"-- run {events[-1]['run_id']}"  # where a run starts in the output
+    assert [int(line.split()[0]) for line in lines[1:]] == [e["seq"] for e in events[-4:]]
+    assert [line.split()[2] for line in lines[1:]] == [e["event_type"] for e in events[-4:]]
+    eight = ok("--url", journal_db, "tail", "weather", "-n", "8").splitlines()
+    runs = [line.split()[-1] for line in eight if line.startswith("-- run ")]
+    assert runs == [s.run_id for s in summaries] and len(eight) == 10
 
 
 # -- tail --follow -----------------------------------------------------------------------------
@@ -186,13 +190,18 @@ class Lines:
             self._lines.put(line.rstrip("\n"))
         self._lines.put(None)
 
-    def take(self, count: int) -> list[str]:
-        got = []
+    def take(self, count: int) -> tuple[list[str], list[str]]:
+        """The next ``count`` event lines, and the runs that began among them."""
+        got: list[str] = []
+        runs: list[str] = []
         while len(got) < count:
             line = self._lines.get(timeout=HANG_GUARD)
             assert line is not None, f"the program ended after {got}"
-            got.append(line)
-        return got
+            if line.startswith("-- run "):
+                runs.append(line.split()[-1])
+            else:
+                got.append(line)
+        return got, runs
 
 
 @pytest.fixture
@@ -213,15 +222,16 @@ def test_tail_follow_prints_events_another_process_writes_and_stops_on_ctrl_c(ow
     )
     try:
         lines = Lines(tail.stdout)
-        assert [int(line.split()[0]) for line in lines.take(2)] == [5, 6]
+        first, runs = lines.take(2)
+        assert [int(line.split()[0]) for line in first] == [5, 6] and len(runs) == 1
         # This test process is the other writer: two more runs land while tail follows.
         asyncio.run(journal_runs(own_journal, "live", runs=2))
         events, summaries = asyncio.run(read_back(own_journal, "live"))
         new = [e for e in events if e["seq"] > 6]
-        followed = lines.take(len(new))
+        followed, runs = lines.take(len(new))
         assert [int(line.split()[0]) for line in followed] == [e["seq"] for e in new] != []
-        assert [line.split()[3] for line in followed] == [e["event_type"] for e in new]
-        assert {e["run_id"] for e in new} == {s.run_id for s in summaries[1:]}
+        assert [line.split()[2] for line in followed] == [e["event_type"] for e in new]
+        assert runs == [s.run_id for s in summaries[1:]]
         tail.send_signal(signal.SIGINT)
         assert tail.wait(timeout=HANG_GUARD) == 0
         assert tail.stderr.read() == ""
