@@ -15,6 +15,9 @@ Invariants every backend keeps (the shared store suite in ``tests/`` checks each
 - A write that has started finishes even if its caller is cancelled.
 - A store opened ``read_only`` refuses every write and delete with ``ReadOnlyStoreError``
   before it touches storage, and its setup creates and migrates nothing.
+- ``list_threads`` and the paged ``list_run_summaries`` are keyset pages over a total order
+  (time, then ids, descending), answered from indexes the writes keep, never by reading events
+  (JSONL: one state file per thread); deletes show in them at once.
 - A SQL backend's schema is migrated by ``Schema.upgrade``, the same way on each: a database
   whose schema is newer than the code is refused, and a read-only store never migrates.
 
