@@ -254,7 +254,7 @@ def thread_runs(store: SyncStore, thread_id: str, *, messages: bool = True) -> l
     """The thread's runs: those with a summary (first written first), then those seen only
     in its message rows (all of them when ``messages``, else the latest page)."""
     runs = dict.fromkeys(s.run_id for s in store.list_run_summaries(thread_id))
-    after = None
+    after = 0  # from the first message (no after_seq would give the latest page)
     while True:
         page = (
             store.list_messages(thread_id, limit=_PAGE, after_seq=after)

@@ -281,6 +281,32 @@ def test_export_then_import_copies_runs_events_and_summaries(journal_db: str, tm
     assert asyncio.run(read_back(target, "broken"))[1] == [broken]
 
 
+def test_export_finds_runs_without_a_summary_through_all_their_messages(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'plain.db'}"
+
+    async def write() -> None:
+        async with open_store(url) as store:  # events put directly: no run summaries
+            for run_id in ("early", "late"):
+                await store.put_batch(
+                    [
+                        {
+                            "thread_id": "plain",
+                            "run_id": run_id,
+                            "event_type": "llm.human.input",
+                            "category": "message",
+                            "content": i,
+                        }
+                        for i in range(700)
+                    ]
+                )
+
+    asyncio.run(write())
+    lines = [json.loads(line) for line in ok("--url", url, "export", "plain").splitlines()]
+    events = [line for line in lines if line["kind"] == "event"]
+    assert [e["seq"] for e in events] == list(range(1, 1401))
+    assert [e["run_id"] for e in events[::700]] == ["early", "late"]
+
+
 # -- mistakes ------------------------------------------------------------------------------
 
 
