@@ -49,7 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from deerflow_journal.records import RunEvent
+from deerflow_journal.records import RunEvent, normalise_event
 from deerflow_journal.stores import STORE_URL_ENV, default_store_url
 from deerflow_journal.summary import RUN_STATUSES, RunSummary
 from deerflow_journal.sync import SyncStore, open_sync_store
@@ -561,9 +561,9 @@ def _not_an_export(name: str, why: str) -> CliError:
     return CliError(f"{name} is not a {PROG} export ({why}): make one with `{PROG} export THREAD`")
 
 
-def _read_export(path: str, name: str) -> tuple[dict[str, Any], list[str], int, int]:
-    """Check the export at ``path`` line by line before anything is written: its header, the
-    runs it holds (by thread and run, as ``thread\\0run``), and its event and summary counts."""
+def _read_export(path: str, name: str) -> tuple[list[tuple[str, str]], int]:
+    """Check the export at ``path`` line by line before anything is written (each event and
+    summary as a store would check it); the runs it holds and how many events."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError:
@@ -585,7 +585,7 @@ def _read_export(path: str, name: str) -> tuple[dict[str, Any], list[str], int, 
                 f"{name} is a version {header.get('version')} export; this {PROG} reads "
                 f"version {EXPORT_VERSION}: upgrade deerflow-journal"
             )
-        runs: dict[str, None] = {}
+        runs: dict[tuple[str, str], None] = {}
         events = summaries = 0
         end = None
         for number, line in enumerate(f, start=2):
@@ -593,25 +593,29 @@ def _read_export(path: str, name: str) -> tuple[dict[str, Any], list[str], int, 
                 raise _not_an_export(name, f"line {number} follows its end line")
             try:
                 item = orjson.loads(line)
-                kind = item["kind"]
-                key = f"{item['thread_id']}\0{item['run_id']}" if kind != "end" else ""
-            except (orjson.JSONDecodeError, KeyError, TypeError):
+                kind = item.pop("kind")
+                if kind == "event":
+                    item.pop("seq")
+                    event = normalise_event(item, max_trace_content=None)
+                    runs[event.thread_id, event.run_id] = None
+                    events += 1
+                elif kind == "summary":
+                    summary = RunSummary.model_validate(item)
+                    runs[summary.thread_id, summary.run_id] = None
+                    summaries += 1
+                elif kind == "end":
+                    end = item
+                else:
+                    raise _not_an_export(name, f"line {number} has kind {kind!r}")
+            except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
                 raise _not_an_export(name, f"line {number} is no export record") from None
-            if kind == "event":
-                events += 1
-                runs[key] = None
-            elif kind == "summary":
-                summaries += 1
-                runs[key] = None
-            elif kind == "end":
-                end = item
-            else:
-                raise _not_an_export(name, f"line {number} has kind {kind!r}")
+            except ValueError as exc:  # a refused event, an invalid summary
+                raise _not_an_export(name, f"line {number}: {_first_line(exc)}") from None
         if end is None or (end.get("events"), end.get("summaries")) != (events, summaries):
             raise CliError(
                 f"{name} is cut short (its end line is missing or does not match): export it again"
             )
-    return header, list(runs), events, summaries
+    return list(runs), events
 
 
 def cmd_import(args: argparse.Namespace, out: _Out) -> None:
@@ -625,10 +629,9 @@ def cmd_import(args: argparse.Namespace, out: _Out) -> None:
             path, name = spool.name, "standard input"
         else:
             path, name = args.file, args.file
-        _, runs, total, _ = _read_export(path, name)
+        runs, total = _read_export(path, name)
         store = stack.enter_context(opened(args.url, read_only=False))
-        for key in runs:
-            thread_id, run_id = key.split("\0", 1)
+        for thread_id, run_id in runs:
             if store.list_events(thread_id, run_id, limit=1, user_id=None) or (
                 store.get_run_summary(thread_id, run_id, user_id=None)
             ):

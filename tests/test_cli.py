@@ -342,6 +342,10 @@ def test_each_mistake_prints_one_line_naming_the_fix(journal_db: str, tmp_path: 
     whole = ok(*url, "export", "broken")
     cut = "".join(whole.splitlines(keepends=True)[:-1])
     assert "cut short" in mistake("import", "-", *target, stdin=cut)
+    records = whole.splitlines(keepends=True)
+    bad_event = json.loads(records[1]) | {"thread_id": ""}
+    tampered = "".join([records[0], json.dumps(bad_event) + "\n", *records[2:]])
+    assert "line 2: thread_id" in mistake("import", "-", *target, stdin=tampered)
     ok("import", "-", *target, stdin=whole)
     again = mistake("import", "-", *target, stdin=whole)
     assert f"already has run '{broken.run_id}' of thread 'broken'" in again

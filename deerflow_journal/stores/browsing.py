@@ -95,13 +95,6 @@ class SummaryQuery:
             return None
         return started.replace(tzinfo=UTC) if started.tzinfo is None else started
 
-    @property
-    def before_started_text(self) -> str | None:
-        """``before``'s start time as a stored summary spells it, or ``None``."""
-        if self.before is None:
-            return None
-        return self.before.to_json_dict()["started_at"]
-
     def matches(self, summary: dict[str, Any]) -> bool:
         """Whether a stored summary belongs to the page's thread, status and user."""
         return (
