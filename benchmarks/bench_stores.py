@@ -1,7 +1,10 @@
-"""Store write and read throughput against a plain aiosqlite floor measured in the same run.
+"""Store write and read throughput against a plain aiosqlite floor measured in the same run,
+and browsing: ``list_threads`` and ``list_run_summaries`` across threads at 1,000 and 100,000
+threads, and ``show`` (a 10,000-event run read and rendered).
 
-Run: ``.venv/bin/python benchmarks/bench_stores.py [--events 20000] [--read-sizes 10000,100000]``.
-Prints one line per figure and the ratios the issues set targets for.
+Run: ``.venv/bin/python benchmarks/bench_stores.py [--events 20000] [--read-sizes 10000,100000]
+[--browse-sizes 1000,100000] [--show-events 10000]``. Prints one line per figure and the ratios
+the issues set targets for.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from workloads import THREAD, line, make_events, median_seconds
 
-from deerflow_journal import MemoryRunEventStore, RunEventStore, open_store
+from deerflow_journal import (
+    MemoryRunEventStore,
+    RunEventStore,
+    RunSummary,
+    ThreadInfo,
+    open_store,
+    render_timeline,
+)
 
 FLOOR_SCHEMA = """
 CREATE TABLE events (
@@ -284,6 +295,121 @@ async def bench_reads(tmp: Path, sizes: list[int], sqlite_sizes: list[int]) -> N
                 print(f"read {name} {label}: {measured[-1]:,} vs {measured[0]:,} = {ratio:.2f}x")
 
 
+BROWSE_BASE = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def browse_time(i: int) -> datetime:
+    """When thread ``i`` was last active, and its run started: three threads a second, so
+    pages cross equal times."""
+    return BROWSE_BASE + timedelta(seconds=i // 3)
+
+
+async def fill_threads(store: RunEventStore, count: int) -> None:
+    """``count`` threads of two events and one run summary each, written 1,000 at a time."""
+    for start in range(0, count, 1000):
+        events, summaries = [], []
+        for i in range(start, min(count, start + 1000)):
+            thread, when = f"thread-{i:06d}", browse_time(i)
+            for kind in ("run.start", "run.end"):
+                events.append(
+                    {
+                        "thread_id": thread,
+                        "run_id": "run-1",
+                        "event_type": kind,
+                        "category": "trace",
+                        "content": {},
+                        "created_at": when,
+                    }
+                )
+            status = "error" if i % 10 == 0 else "success"
+            summaries.append(
+                RunSummary(thread_id=thread, run_id="run-1", status=status, started_at=when)
+            )
+        await store._put_journal_batch(events, summaries)
+
+
+def middle_thread(count: int) -> ThreadInfo:
+    """The thread halfway down the list: the ``before`` of a deep page."""
+    i = count // 2
+    at = browse_time(i).isoformat(timespec="microseconds")
+    return ThreadInfo(f"thread-{i:06d}", 2, at, 1)
+
+
+def middle_run(count: int) -> RunSummary:
+    """The run halfway down the list of runs: the ``before`` of a deep page."""
+    i = count // 2
+    return RunSummary(thread_id=f"thread-{i:06d}", run_id="run-1", started_at=browse_time(i))
+
+
+async def browse_figures(store: RunEventStore, count: int) -> dict[str, float]:
+    """Median latency (µs) of browsing pages of 50 over ``count`` threads."""
+    deep_thread, deep_run = middle_thread(count), middle_run(count)
+    queries = {
+        "list_threads first page": lambda: store.list_threads(limit=50),
+        "list_threads deep page": lambda: store.list_threads(limit=50, before=deep_thread),
+        "list_run_summaries first page": lambda: store.list_run_summaries(limit=50),
+        "list_run_summaries deep page": lambda: store.list_run_summaries(limit=50, before=deep_run),
+        "list_run_summaries error deep page": lambda: store.list_run_summaries(
+            status="error", limit=50, before=deep_run
+        ),
+    }
+    deep = await store.list_threads(limit=1, before=deep_thread)
+    assert deep and deep[0].sort_key < deep_thread.sort_key, "a deep page follows its before"
+    return {label: await median_seconds(fn) * 1e6 for label, fn in queries.items()}
+
+
+async def show_seconds(store: RunEventStore, thread: str, run_id: str) -> float:
+    """Median seconds of what ``deerflow-journal show`` does: read the run and render it."""
+
+    async def show() -> None:
+        events, after = [], None
+        while True:
+            page = await store.list_events(thread, run_id, limit=500, after_seq=after)
+            events += page
+            if len(page) < 500:
+                break
+            after = page[-1]["seq"]
+        summary = await store.get_run_summary(thread, run_id)
+        render_timeline(events, summary, width=80)
+
+    return await median_seconds(show, repeat=5)
+
+
+async def bench_browsing(tmp: Path, sizes: list[int], show_events: int) -> None:
+    """Browsing pages at each size of store, their ratio from the smallest to the largest,
+    and ``show`` of a run of ``show_events`` events."""
+    for name in ("memory", "sqlite"):
+        figures: dict[int, dict[str, float]] = {}
+        for size in sizes:
+            url = "memory://" if name == "memory" else f"sqlite:///{tmp}/browse-{size}.db"
+            async with open_store(url) as store:
+                start = time.perf_counter()
+                await fill_threads(store, size)
+                filled = time.perf_counter() - start
+                line(f"browse {name} fill {size:,} threads", size / filled, "threads/s")
+                figures[size] = await browse_figures(store, size)
+                for label, micros in figures[size].items():
+                    line(f"browse {name} {size:,} threads {label}", micros, "µs")
+        small, big = min(sizes), max(sizes)
+        if small != big:
+            for label in figures[small]:
+                ratio = figures[big][label] / figures[small][label]
+                print(f"browse {name} {label}: {big:,} vs {small:,} threads = {ratio:.2f}x")
+        url = "memory://" if name == "memory" else f"sqlite:///{tmp}/show.db"
+        async with open_store(url) as store:
+            events = make_events(show_events, 1, thread_id="show-thread")
+            for i in range(0, len(events), 1000):
+                await store.put_batch(events[i : i + 1000])
+            run_id = events[0]["run_id"]
+            await store.put_run_summary(RunSummary(thread_id="show-thread", run_id=run_id))
+            seconds = await show_seconds(store, "show-thread", run_id)
+            line(
+                f"browse {name} show a {show_events:,}-event run (read + render)",
+                seconds * 1e3,
+                "ms",
+            )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=20000)
@@ -292,9 +418,17 @@ async def main() -> None:
     parser.add_argument("--read-sizes", default="10000,100000")
     parser.add_argument("--sqlite-read-sizes", default="10000,100000,1000000")
     parser.add_argument("--skip-reads", action="store_true")
+    parser.add_argument("--skip-writes", action="store_true")
+    parser.add_argument("--browse-sizes", default="1000,100000", help="threads; empty: skip")
+    parser.add_argument("--show-events", type=int, default=10000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        await bench_writes(Path(tmp), args.events, args.singles, args.rounds)
+    if not args.skip_writes:
+        with tempfile.TemporaryDirectory() as tmp:
+            await bench_writes(Path(tmp), args.events, args.singles, args.rounds)
+    if args.browse_sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            sizes = [int(s) for s in args.browse_sizes.split(",")]
+            await bench_browsing(Path(tmp), sizes, args.show_events)
     if not args.skip_reads:
         with tempfile.TemporaryDirectory() as tmp:
             await bench_reads(

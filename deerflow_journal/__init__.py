@@ -25,6 +25,7 @@ from deerflow_journal.stores import (
     JournalStore,
     ReadOnlyStoreError,
     RunEventStore,
+    ThreadInfo,
     default_store_url,
     open_store,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "RunSummary",
     "SqliteRunEventStore",
     "SyncStore",
+    "ThreadInfo",
     "TimelineRow",
     "WorkspaceChangeLimits",
     "WorkspaceRoot",

@@ -20,7 +20,8 @@ from typing import Any, Self, TypeVar
 
 from deerflow_journal.records import AUTO, Auto, RunEvent
 from deerflow_journal.stores import RunEventStore, open_store
-from deerflow_journal.summary import RunSummary
+from deerflow_journal.stores.browsing import ThreadInfo
+from deerflow_journal.summary import RunStatus, RunSummary
 
 __all__ = ["SyncStore", "open_sync_store"]
 
@@ -377,11 +378,33 @@ class SyncStore:
         )
 
     def list_run_summaries(
-        self, thread_id: str, *, user_id: str | Auto | None = AUTO
+        self,
+        thread_id: str | None = None,
+        *,
+        status: RunStatus | None = None,
+        limit: int | None = None,
+        before: RunSummary | None = None,
+        user_id: str | Auto | None = AUTO,
     ) -> list[RunSummary]:
-        """Return the thread's run summaries in the order they were first written."""
+        """Return run summaries: a thread's all, or a page of runs newest first."""
         return self._loop.call(
-            "list_run_summaries", lambda: self._store.list_run_summaries(thread_id, user_id=user_id)
+            "list_run_summaries",
+            lambda: self._store.list_run_summaries(
+                thread_id, status=status, limit=limit, before=before, user_id=user_id
+            ),
+        )
+
+    def list_threads(
+        self,
+        *,
+        limit: int = 50,
+        before: ThreadInfo | None = None,
+        user_id: str | Auto | None = AUTO,
+    ) -> list[ThreadInfo]:
+        """Return a page of threads, most recent activity first."""
+        return self._loop.call(
+            "list_threads",
+            lambda: self._store.list_threads(limit=limit, before=before, user_id=user_id),
         )
 
 

@@ -93,3 +93,23 @@ async def test_the_sqlite_floor_stores_every_run_numbered_in_its_thread(tmp_path
     assert [seq for seq, _, _ in rows] == list(range(1, 17))
     assert len({run_id for _, run_id, _ in rows}) == 2
     assert [event_type for _, _, event_type in rows[:8]] == [t for _, _, t in rows[8:]]
+
+
+def test_the_store_benchmark_prints_every_browsing_figure():
+    tiny = ["--skip-writes", "--skip-reads", "--browse-sizes", "60,120", "--show-events", "50"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_stores.py"), *tiny],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for backend in ("memory", "sqlite"):
+        for figure in ("list_threads", "list_run_summaries", "list_run_summaries error"):
+            for page in ("first page", "deep page"):
+                if figure.endswith("error") and page == "first page":
+                    continue
+                assert f"browse {backend} 120 threads {figure} {page}" in done.stdout
+                assert f"browse {backend} {figure} {page}: 120 vs 60 threads = " in done.stdout
+        assert f"browse {backend} show a 50-event run (read + render)" in done.stdout

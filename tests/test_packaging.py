@@ -52,6 +52,14 @@ def test_wheel_ships_the_contract_and_py_typed(wheel):
     )
 
 
+def test_wheel_installs_the_deerflow_journal_command(wheel):
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(entry_points).decode()
+    assert "[console_scripts]" in text
+    assert "deerflow-journal = deerflow_journal.cli:main" in text
+    assert "deerflow_journal/__main__.py" in wheel.namelist()
+
+
 def test_the_contract_is_one_file_in_the_source_tree():
     copies = [p for p in ROOT.rglob("run_event_stream_contract.json") if ".venv" not in p.parts]
     assert copies == [ROOT / "contracts" / "run_event_stream_contract.json"]

@@ -40,6 +40,7 @@ READS = [
     "count_messages",
     "get_run_summary",
     "list_run_summaries",
+    "list_threads",
 ]
 WRITES = [
     "put",
@@ -105,6 +106,11 @@ def test_every_read_through_the_facade_returns_what_the_async_store_returns(back
         ("get_run_summary", ("t1", "nope"), {}),
         ("list_run_summaries", ("t1",), {}),
         ("list_run_summaries", ("t1",), {"user_id": "alice"}),
+        ("list_run_summaries", (), {}),
+        ("list_run_summaries", ("t1",), {"limit": 1}),
+        ("list_run_summaries", (), {"status": "success", "user_id": "alice"}),
+        ("list_threads", (), {}),
+        ("list_threads", (), {"limit": 1, "user_id": "alice"}),
     ]
     with SyncStore(backend.url()) as store:
         store.put_batch([event("r1", i) for i in range(6)])
@@ -112,6 +118,7 @@ def test_every_read_through_the_facade_returns_what_the_async_store_returns(back
         store.put(thread_id="t1", run_id="r1", event_type="run.start", category="trace")
         store.put_run_summary(summary("r1", message_count=6))
         store.put_run_summary(summary("r2", user_id="alice"))
+        store.put(thread_id="t2", run_id="r3", event_type="run.start", category="trace")
         for name, args, kwargs in calls:
             got = getattr(store, name)(*args, **kwargs)
             expected = on_store_loop(store, getattr(store.store, name)(*args, **kwargs))
@@ -120,6 +127,10 @@ def test_every_read_through_the_facade_returns_what_the_async_store_returns(back
         # Each argument reaches the store: the pages above differ from the defaults'.
         assert len(store.list_messages("t1", limit=3, before_seq=9)) == 3
         assert store.list_events("t1", "r1", task_id="task-1", event_types=["run.start"]) == []
+        newest, *rest = store.list_threads()
+        assert store.list_threads(before=newest) == rest != []
+        newest_run, *older_runs = store.list_run_summaries()
+        assert store.list_run_summaries(before=newest_run) == older_runs != []
 
 
 def test_writes_and_deletes_through_the_facade_return_what_the_store_does(backend: Backend):

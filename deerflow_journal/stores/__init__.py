@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from deerflow_journal.stores.base import JournalStore, ReadOnlyStoreError, RunEventStore
+from deerflow_journal.stores.browsing import ThreadInfo
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -14,6 +15,7 @@ __all__ = [
     "JournalStore",
     "ReadOnlyStoreError",
     "RunEventStore",
+    "ThreadInfo",
     "default_store_url",
     "open_store",
 ]

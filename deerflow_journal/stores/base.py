@@ -15,6 +15,9 @@ Invariants every backend keeps (the shared store suite in ``tests/`` checks each
 - A write that has started finishes even if its caller is cancelled.
 - A store opened ``read_only`` refuses every write and delete with ``ReadOnlyStoreError``
   before it touches storage, and its setup creates and migrates nothing.
+- ``list_threads`` and the paged ``list_run_summaries`` are keyset pages over a total order
+  (time, then ids, descending), answered from indexes the writes keep, never by reading events
+  (JSONL: one state file per thread); deletes show in them at once.
 - A SQL backend's schema is migrated by ``Schema.upgrade``, the same way on each: a database
   whose schema is newer than the code is refused, and a read-only store never migrates.
 
@@ -55,7 +58,8 @@ from deerflow_journal.records import (
     normalise_event,
     resolve_read_user,
 )
-from deerflow_journal.summary import RunSummary
+from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
+from deerflow_journal.summary import RUN_STATUSES, RunStatus, RunSummary
 
 __all__ = [
     "AI_RESPONSE_EVENT_TYPES",
@@ -63,6 +67,7 @@ __all__ = [
     "MessagePage",
     "ReadOnlyStoreError",
     "RunEventStore",
+    "ThreadInfo",
 ]
 
 T = TypeVar("T")
@@ -617,13 +622,64 @@ class RunEventStore(ABC):
         return None if data is None else RunSummary.model_validate(data)
 
     async def list_run_summaries(
-        self, thread_id: str, *, user_id: str | Auto | None = AUTO
+        self,
+        thread_id: str | None = None,
+        *,
+        status: RunStatus | None = None,
+        limit: int | None = None,
+        before: RunSummary | None = None,
+        user_id: str | Auto | None = AUTO,
     ) -> list[RunSummary]:
-        """Return the thread's run summaries in the order they were first written."""
+        """Return run summaries: a thread's all, or a page of runs newest first.
+
+        With only ``thread_id``: every summary of the thread, in the order they were first
+        written. Without a thread, or with ``status``, ``limit`` or ``before``: a page of at
+        most ``limit`` (default 50) summaries, of the thread or of every thread, newest first
+        (by ``started_at``, then thread id, then run id, descending; runs without a start time
+        last), only those with ``status`` if given; ``before`` is the last summary of the
+        previous page, and the page holds the summaries after it.
+        """
         user = resolve_read_user(user_id)
+        if thread_id is not None and status is None and limit is None and before is None:
+            await self._ready()
+            rows = await self._list_run_summaries(_check_thread(thread_id), user)
+            return [RunSummary.model_validate(row) for row in rows]
+        query = SummaryQuery(
+            None if thread_id is None else _check_thread(thread_id),
+            _check_status(status),
+            50 if limit is None else _check_count(limit, "limit"),
+            _check_before(before, RunSummary),
+            user,
+        )
         await self._ready()
-        rows = await self._list_run_summaries(_check_thread(thread_id), user)
+        if query.limit == 0:
+            return []
+        rows = await self._list_run_summary_page(query)
         return [RunSummary.model_validate(row) for row in rows]
+
+    # -- browsing ----------------------------------------------------------------------------
+
+    async def list_threads(
+        self,
+        *,
+        limit: int = 50,
+        before: ThreadInfo | None = None,
+        user_id: str | Auto | None = AUTO,
+    ) -> list[ThreadInfo]:
+        """Return a page of threads, most recent activity first.
+
+        Ordered by ``last_event_at`` (the ``created_at`` of the thread's last event), then
+        thread id, both descending; ``before`` is the last ``ThreadInfo`` of the previous page,
+        and the page holds the threads after it, so paging lists every thread once. A scoped
+        call lists the threads with rows of that user, with that user's last event and runs.
+        """
+        query = ThreadQuery(
+            _check_count(limit, "limit"),
+            _check_before(before, ThreadInfo),
+            resolve_read_user(user_id),
+        )
+        await self._ready()
+        return [] if query.limit == 0 else await self._list_threads(query)
 
     # -- the journal's writes ----------------------------------------------------------------
 
@@ -716,6 +772,29 @@ class RunEventStore(ABC):
     async def _list_run_summaries(
         self, thread_id: str, user_id: str | None
     ) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    async def _list_run_summary_page(self, query: SummaryQuery) -> list[dict[str, Any]]:
+        """The stored summaries of a paged ``list_run_summaries`` (``limit`` at least 1)."""
+
+    @abstractmethod
+    async def _list_threads(self, query: ThreadQuery) -> list[ThreadInfo]:
+        """The threads of a ``list_threads`` page (``limit`` at least 1)."""
+
+
+def _check_status(status: object) -> RunStatus | None:
+    if status is None or status in RUN_STATUSES:
+        return status  # type: ignore[return-value]
+    raise ValueError(f"status must be one of {', '.join(RUN_STATUSES)}, got {status!r}")
+
+
+B = TypeVar("B")
+
+
+def _check_before(before: object, kind: type[B]) -> B | None:
+    if before is None or isinstance(before, kind):
+        return before
+    raise TypeError(f"before must be the last {kind.__name__} of the previous page, got {before!r}")
 
 
 def _summary_data(summary: RunSummary) -> dict[str, Any]:

@@ -47,6 +47,8 @@ from deerflow_journal.stores.base import (
     RecentBatchIds,
     RunEventStore,
 )
+from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
+from deerflow_journal.stores.jsonl_browsing import JsonlBrowser
 from deerflow_journal.stores.jsonl_cache import Row, ThreadCache, encode_line
 from deerflow_journal.stores.jsonl_files import (
     SUMMARIES_KEY,
@@ -115,6 +117,7 @@ class JsonlRunEventStore(RunEventStore):
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._guard = threading.Lock()
         self._batch_ids = RecentBatchIds()
+        self._browser = JsonlBrowser(self.base_dir, self._paths, self._read_sync, self._summaries)
 
     async def _setup(self) -> None:
         await asyncio.to_thread(self._make_dirs)
@@ -425,6 +428,14 @@ class JsonlRunEventStore(RunEventStore):
                 skip = pending_sizes(paths, after).get(SUMMARIES_KEY)
                 return parse_summaries(paths, lines if skip is None else cut_lines(lines, 0, skip))
         raise _unreadable_state(paths)
+
+    # -- browsing ----------------------------------------------------------------------------
+
+    async def _list_threads(self, query: ThreadQuery) -> list[ThreadInfo]:
+        return await asyncio.to_thread(self._browser.threads, query)
+
+    async def _list_run_summary_page(self, query: SummaryQuery) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self._browser.summaries, query)
 
 
 def _unreadable_state(paths: ThreadPaths) -> OSError:

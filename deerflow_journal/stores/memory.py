@@ -20,6 +20,8 @@ from deerflow_journal.stores.base import (
     RecentBatchIds,
     RunEventStore,
 )
+from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
+from deerflow_journal.stores.memory_browsing import IndexedSummaries, ThreadActivity
 from deerflow_journal.stores.seq_index import RowFields, ThreadIndexes
 from deerflow_journal.summary import other_users_summary_error
 
@@ -98,7 +100,8 @@ class MemoryRunEventStore(RunEventStore):
     ) -> None:
         super().__init__(max_trace_content=max_trace_content, read_only=read_only)
         self._threads: dict[str, _Thread] = {}
-        self._summaries: dict[tuple[str, str], dict[str, Any]] = {}
+        self._summaries = IndexedSummaries()
+        self._activity = ThreadActivity()
         self._batch_ids = RecentBatchIds()
 
     async def _setup(self) -> None:
@@ -133,6 +136,7 @@ class MemoryRunEventStore(RunEventStore):
                 _text_or_none(metadata.get("caller")),
             )
         )
+        self._activity.added(event.thread_id, event.run_id, event.user_id, seq, event.created_at)
         return seq
 
     async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
@@ -194,6 +198,7 @@ class MemoryRunEventStore(RunEventStore):
             for row in kept:
                 rebuilt.add(row)
             self._threads[thread_id] = rebuilt
+            self._activity.rebuilt(thread_id, _activity_rows(rebuilt.rows()))
         for key, summary in list(self._summaries.items()):
             if (
                 key[0] == thread_id
@@ -228,3 +233,14 @@ class MemoryRunEventStore(RunEventStore):
             for (thread, _), summary in self._summaries.items()
             if thread == thread_id and (user_id is None or summary["user_id"] == user_id)
         ]
+
+    async def _list_threads(self, query: ThreadQuery) -> list[ThreadInfo]:
+        return self._activity.page(query)
+
+    async def _list_run_summary_page(self, query: SummaryQuery) -> list[dict[str, Any]]:
+        return self._summaries.page(query)
+
+
+def _activity_rows(rows: list[_Row]) -> list[tuple[int, str, str | None, str]]:
+    """What ``ThreadActivity.rebuilt`` takes of each row."""
+    return [(row[_SEQ], row[_RUN], row[_USER], row[_CREATED]) for row in rows]

@@ -54,6 +54,7 @@ from deerflow_journal.stores.base import (
     Statements,
     run_statements,
 )
+from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MIGRATIONS", "PostgresRunEventStore"]
@@ -132,6 +133,130 @@ MIGRATIONS: tuple[str, ...] = (
         n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         batch_id text NOT NULL UNIQUE
     )""",
+    # Each thread's last event and run count, over every user's rows (user_key '', never a
+    # user id) and over each user's: list_threads reads a page of it, newest first. Thread ids
+    # order by code point (COLLATE "C"), as on every backend.
+    """CREATE TABLE run_threads (
+        user_key text NOT NULL,
+        thread_id text NOT NULL,
+        last_seq bigint NOT NULL,
+        last_event_at timestamptz NOT NULL,
+        run_count bigint NOT NULL,
+        PRIMARY KEY (user_key, thread_id)
+    )""",
+    """CREATE INDEX run_threads_recent
+        ON run_threads (user_key, last_event_at, thread_id COLLATE "C")""",
+    # One upsert per statement: the newest row of each thread (and user) is its last, and a run
+    # counts when none of its rows came before the statement's.
+    """CREATE FUNCTION run_events_thread_added() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        WITH keyed AS (
+            SELECT '' AS user_key, thread_id, run_id, seq, created_at FROM added
+            UNION ALL
+            SELECT user_id, thread_id, run_id, seq, created_at FROM added
+            WHERE user_id IS NOT NULL
+        ), last AS (
+            SELECT DISTINCT ON (user_key, thread_id) user_key, thread_id, seq, created_at
+            FROM keyed ORDER BY user_key, thread_id, seq DESC
+        ), new_runs AS (
+            SELECT r.user_key, r.thread_id, count(*) AS runs
+            FROM (SELECT user_key, thread_id, run_id, min(seq) AS first_seq
+                  FROM keyed GROUP BY 1, 2, 3) AS r
+            WHERE NOT EXISTS (
+                SELECT 1 FROM run_events AS e
+                WHERE e.thread_id = r.thread_id AND e.run_id = r.run_id
+                  AND e.seq < r.first_seq AND (r.user_key = '' OR e.user_id = r.user_key))
+            GROUP BY 1, 2
+        )
+        INSERT INTO run_threads AS t (user_key, thread_id, last_seq, last_event_at, run_count)
+        SELECT l.user_key, l.thread_id, l.seq, l.created_at, coalesce(n.runs, 0)
+        FROM last AS l LEFT JOIN new_runs AS n USING (user_key, thread_id)
+        ON CONFLICT (user_key, thread_id) DO UPDATE SET
+            last_seq = excluded.last_seq,
+            last_event_at = excluded.last_event_at,
+            run_count = t.run_count + excluded.run_count;
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER run_events_thread_added AFTER INSERT ON run_events
+        REFERENCING NEW TABLE AS added
+        FOR EACH STATEMENT EXECUTE FUNCTION run_events_thread_added()""",
+    # A run without rows left stops counting, a thread without rows goes, and each thread
+    # (and user) the statement touched takes its last remaining row as its last event.
+    """CREATE FUNCTION run_events_thread_removed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        WITH gone AS (
+            SELECT r.user_key, r.thread_id, count(*) AS runs
+            FROM (SELECT DISTINCT '' AS user_key, thread_id, run_id FROM removed
+                  UNION
+                  SELECT user_id, thread_id, run_id FROM removed
+                  WHERE user_id IS NOT NULL) AS r
+            WHERE NOT EXISTS (
+                SELECT 1 FROM run_events AS e
+                WHERE e.thread_id = r.thread_id AND e.run_id = r.run_id
+                  AND (r.user_key = '' OR e.user_id = r.user_key))
+            GROUP BY 1, 2
+        )
+        UPDATE run_threads AS t SET run_count = t.run_count - gone.runs FROM gone
+        WHERE t.user_key = gone.user_key AND t.thread_id = gone.thread_id;
+        DELETE FROM run_threads AS t
+        WHERE t.run_count <= 0 AND (t.user_key, t.thread_id) IN (
+            SELECT '', thread_id FROM removed
+            UNION
+            SELECT user_id, thread_id FROM removed WHERE user_id IS NOT NULL);
+        UPDATE run_threads AS t SET (last_seq, last_event_at) = (
+            SELECT e.seq, e.created_at FROM run_events AS e
+            WHERE e.thread_id = t.thread_id AND (t.user_key = '' OR e.user_id = t.user_key)
+            ORDER BY e.seq DESC LIMIT 1)
+        WHERE (t.user_key, t.thread_id) IN (
+            SELECT '', thread_id FROM removed
+            UNION
+            SELECT user_id, thread_id FROM removed WHERE user_id IS NOT NULL);
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER run_events_thread_removed AFTER DELETE ON run_events
+        REFERENCING OLD TABLE AS removed
+        FOR EACH STATEMENT EXECUTE FUNCTION run_events_thread_removed()""",
+    # Filled from the rows already there (the triggers' lock on run_events holds off writers),
+    # replacing whatever an earlier version's writes left.
+    """INSERT INTO run_threads AS t (user_key, thread_id, last_seq, last_event_at, run_count)
+    SELECT k.user_key, k.thread_id, k.seq, e.created_at, k.runs
+    FROM (
+        SELECT '' AS user_key, thread_id, max(seq) AS seq, count(DISTINCT run_id) AS runs
+        FROM run_events GROUP BY thread_id
+        UNION ALL
+        SELECT user_id, thread_id, max(seq), count(DISTINCT run_id)
+        FROM run_events WHERE user_id IS NOT NULL GROUP BY user_id, thread_id
+    ) AS k JOIN run_events AS e ON e.thread_id = k.thread_id AND e.seq = k.seq
+    ON CONFLICT (user_key, thread_id) DO UPDATE SET
+        last_seq = excluded.last_seq,
+        last_event_at = excluded.last_event_at,
+        run_count = excluded.run_count""",
+    # Summaries newest first: a run's start time ('-infinity' when unknown) and status, set from
+    # its data by a trigger (a cast to timestamptz is not immutable, so no generated column).
+    """ALTER TABLE run_summaries
+        ADD COLUMN started_at timestamptz NOT NULL DEFAULT '-infinity',
+        ADD COLUMN status text""",
+    # A start time without an offset is UTC, as on every backend.
+    """CREATE FUNCTION run_summaries_sort_columns() RETURNS trigger LANGUAGE plpgsql
+    SET timezone = 'UTC' AS $$
+    BEGIN
+        NEW.started_at := coalesce((NEW.data ->> 'started_at')::timestamptz, '-infinity');
+        NEW.status := NEW.data ->> 'status';
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER run_summaries_sort_columns BEFORE INSERT OR UPDATE ON run_summaries
+        FOR EACH ROW EXECUTE FUNCTION run_summaries_sort_columns()""",
+    "UPDATE run_summaries SET data = data",
+    """CREATE INDEX run_summaries_recent
+        ON run_summaries (started_at, thread_id COLLATE "C", run_id COLLATE "C")""",
+    """CREATE INDEX run_summaries_status_recent
+        ON run_summaries (status, started_at, thread_id COLLATE "C", run_id COLLATE "C")""",
+    """CREATE INDEX run_summaries_user_recent
+        ON run_summaries (user_id, started_at, thread_id COLLATE "C", run_id COLLATE "C")
+        WHERE user_id IS NOT NULL""",
+    """CREATE INDEX run_summaries_user_status_recent
+        ON run_summaries (user_id, status, started_at, thread_id COLLATE "C", run_id COLLATE "C")
+        WHERE user_id IS NOT NULL""",
 )
 
 _SCHEMA = Schema(
@@ -470,6 +595,48 @@ class PostgresRunEventStore(RunEventStore):
         where, params = _filters(thread_id, user_id=user_id)
         sql = f"SELECT data::text FROM run_summaries WHERE {where} ORDER BY id"
         return [_decode(row[0]) for row in await self._select(sql, params)]
+
+    # -- browsing ----------------------------------------------------------------------------
+
+    async def _list_threads(self, query: ThreadQuery) -> list[ThreadInfo]:
+        params: list[Any] = ["" if query.user_id is None else query.user_id]
+        after = ""
+        if query.before is not None:
+            after = 'AND (last_event_at, thread_id COLLATE "C") < (%s::timestamptz, %s) '
+            params += query.before.sort_key
+        rows = await self._select(
+            "SELECT thread_id, last_seq, last_event_at AT TIME ZONE 'UTC', run_count "
+            f"FROM run_threads WHERE user_key = %s {after}"
+            'ORDER BY last_event_at DESC, thread_id COLLATE "C" DESC LIMIT %s',
+            [*params, query.limit],
+        )
+        return [
+            ThreadInfo(thread_id, last_seq, normalise_created_at(last_event_at), run_count)
+            for thread_id, last_seq, last_event_at, run_count in rows
+        ]
+
+    async def _list_run_summary_page(self, query: SummaryQuery) -> list[dict[str, Any]]:
+        where, params = ["true"], []
+        for column, value in (
+            ("thread_id", query.thread_id),
+            ("status", query.status),
+            ("user_id", query.user_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        if query.before is not None:
+            where.append(
+                '(started_at, thread_id COLLATE "C", run_id COLLATE "C") '
+                "< (coalesce(%s::timestamptz, '-infinity'), %s, %s)"
+            )
+            params += [query.before_started_at, query.before.thread_id, query.before.run_id]
+        sql = (
+            f"SELECT data::text FROM run_summaries WHERE {' AND '.join(where)} "
+            'ORDER BY started_at DESC, thread_id COLLATE "C" DESC, run_id COLLATE "C" DESC '
+            "LIMIT %s"
+        )
+        return [_decode(row[0]) for row in await self._select(sql, [*params, query.limit])]
 
 
 _PIPELINE = Capabilities().has_pipeline()

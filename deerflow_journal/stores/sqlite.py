@@ -61,6 +61,7 @@ from deerflow_journal.stores.base import (
     Statements,
     run_statements,
 )
+from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
 from deerflow_journal.stores.sqlite_schema import SCHEMA
 from deerflow_journal.summary import other_users_summary_error
 
@@ -345,6 +346,42 @@ class SqliteRunEventStore(RunEventStore):
         _filter_user(where, params, user_id, by_run=False)
         rows = await self._query(
             f"SELECT summary FROM run_summaries WHERE {' AND '.join(where)} ORDER BY id", params
+        )
+        return [decode_json(row[0]) for row in rows]
+
+    # -- browsing ----------------------------------------------------------------------------
+
+    async def _list_threads(self, query: ThreadQuery) -> list[ThreadInfo]:
+        params: list[Any] = ["" if query.user_id is None else query.user_id]
+        after = ""
+        if query.before is not None:
+            after = "AND (last_event_at, thread_id) < (?, ?) "
+            params += query.before.sort_key
+        rows = await self._query(
+            "SELECT thread_id, last_seq, last_event_at, run_count FROM run_threads "
+            f"WHERE user_key = ? {after}"
+            "ORDER BY last_event_at DESC, thread_id DESC LIMIT ?",
+            [*params, query.limit],
+        )
+        return [ThreadInfo(*row) for row in rows]
+
+    async def _list_run_summary_page(self, query: SummaryQuery) -> list[dict[str, Any]]:
+        where, params = ["1"], []
+        for column, value in (
+            ("thread_id", query.thread_id),
+            ("status", query.status),
+            ("user_key", query.user_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if query.before_key is not None:
+            where.append("(started_key, thread_id, run_id) < (?, ?, ?)")
+            params += query.before_key
+        rows = await self._query(
+            f"SELECT summary FROM run_summaries WHERE {' AND '.join(where)} "
+            "ORDER BY started_key DESC, thread_id DESC, run_id DESC LIMIT ?",
+            [*params, query.limit],
         )
         return [decode_json(row[0]) for row in rows]
 

@@ -92,6 +92,108 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             batch_id TEXT NOT NULL UNIQUE
         )""",
     ),
+    (
+        # Each thread's last event and run count, over every user's rows (user_key '', never
+        # a user id) and over each user's: list_threads reads a page of it, newest first.
+        """CREATE TABLE run_threads (
+            user_key TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            last_seq INTEGER NOT NULL,
+            last_event_at TEXT NOT NULL,
+            run_count INTEGER NOT NULL,
+            PRIMARY KEY (user_key, thread_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX run_threads_recent ON run_threads (user_key, last_event_at, thread_id)",
+        # A new row is its thread's last (seq only grows); its run counts if it is the run's
+        # first row. Unary + keeps the probe on the run index, not the per-user one.
+        """CREATE TRIGGER run_events_thread_added AFTER INSERT ON run_events
+        BEGIN
+            INSERT INTO run_threads (user_key, thread_id, last_seq, last_event_at, run_count)
+            VALUES ('', NEW.thread_id, NEW.seq, NEW.created_at, 1)
+            ON CONFLICT (user_key, thread_id) DO UPDATE SET
+                last_seq = excluded.last_seq,
+                last_event_at = excluded.last_event_at,
+                run_count = run_count + NOT EXISTS (
+                    SELECT 1 FROM run_events
+                    WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id AND seq < NEW.seq);
+            INSERT INTO run_threads (user_key, thread_id, last_seq, last_event_at, run_count)
+            SELECT NEW.user_id, NEW.thread_id, NEW.seq, NEW.created_at, 1
+            WHERE NEW.user_id IS NOT NULL
+            ON CONFLICT (user_key, thread_id) DO UPDATE SET
+                last_seq = excluded.last_seq,
+                last_event_at = excluded.last_event_at,
+                run_count = run_count + NOT EXISTS (
+                    SELECT 1 FROM run_events
+                    WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id
+                      AND +user_id = NEW.user_id AND seq < NEW.seq);
+        END""",
+        # A run whose last row went stops counting, a thread without rows goes, and when its
+        # last event goes the one before it is the last.
+        """CREATE TRIGGER run_events_thread_removed AFTER DELETE ON run_events
+        BEGIN
+            UPDATE run_threads SET run_count = run_count - 1
+            WHERE user_key = '' AND thread_id = OLD.thread_id AND NOT EXISTS (
+                SELECT 1 FROM run_events WHERE thread_id = OLD.thread_id AND run_id = OLD.run_id);
+            UPDATE run_threads SET run_count = run_count - 1
+            WHERE user_key = OLD.user_id AND thread_id = OLD.thread_id AND NOT EXISTS (
+                SELECT 1 FROM run_events
+                WHERE thread_id = OLD.thread_id AND run_id = OLD.run_id
+                  AND +user_id = OLD.user_id);
+            DELETE FROM run_threads
+            WHERE user_key IN ('', OLD.user_id) AND thread_id = OLD.thread_id AND run_count = 0;
+            UPDATE run_threads SET (last_seq, last_event_at) = (
+                SELECT seq, created_at FROM run_events
+                WHERE thread_id = OLD.thread_id ORDER BY seq DESC LIMIT 1)
+            WHERE user_key = '' AND thread_id = OLD.thread_id AND last_seq = OLD.seq;
+            UPDATE run_threads SET (last_seq, last_event_at) = (
+                SELECT seq, created_at FROM run_events
+                WHERE thread_id = OLD.thread_id AND +user_id = OLD.user_id
+                ORDER BY seq DESC LIMIT 1)
+            WHERE user_key = OLD.user_id AND thread_id = OLD.thread_id AND last_seq = OLD.seq;
+        END""",
+        # What the triggers count depends on these too.
+        """CREATE TRIGGER run_events_fixed_run_and_time
+        BEFORE UPDATE OF run_id, created_at ON run_events
+        BEGIN
+            SELECT RAISE(ABORT, 'run_events rows keep their run and created_at');
+        END""",
+        """INSERT INTO run_threads (user_key, thread_id, last_seq, last_event_at, run_count)
+        SELECT '', e.thread_id, e.seq, e.created_at, r.runs
+        FROM (SELECT thread_id, max(seq) AS seq, count(DISTINCT run_id) AS runs
+              FROM run_events GROUP BY thread_id) AS r
+        JOIN run_events AS e ON e.thread_id = r.thread_id AND e.seq = r.seq""",
+        """INSERT INTO run_threads (user_key, thread_id, last_seq, last_event_at, run_count)
+        SELECT e.user_id, e.thread_id, e.seq, e.created_at, r.runs
+        FROM (SELECT user_id, thread_id, max(seq) AS seq, count(DISTINCT run_id) AS runs
+              FROM run_events WHERE user_id IS NOT NULL GROUP BY user_id, thread_id) AS r
+        JOIN run_events AS e ON e.thread_id = r.thread_id AND e.seq = r.seq""",
+        # Summaries newest first: the start time as UTC text to the microsecond, which sorts
+        # as time does ('' when unknown). A stored summary spells it as pydantic writes it:
+        # seconds, then six fraction digits or none, then Z, an offset or nothing (UTC); the
+        # fraction is cut off before strftime, which would round it to milliseconds.
+        """ALTER TABLE run_summaries ADD COLUMN started_at TEXT
+            GENERATED ALWAYS AS (json_extract(summary, '$.started_at')) VIRTUAL""",
+        """ALTER TABLE run_summaries ADD COLUMN started_key TEXT GENERATED ALWAYS AS (coalesce(
+            strftime('%Y-%m-%dT%H:%M:%S', substr(started_at, 1, 19)
+                || substr(started_at,
+                          CASE WHEN substr(started_at, 20, 1) = '.' THEN 27 ELSE 20 END))
+            || CASE WHEN substr(started_at, 20, 1) = '.' THEN substr(started_at, 20, 7)
+                    ELSE '.000000' END,
+            '')) VIRTUAL""",
+        """ALTER TABLE run_summaries ADD COLUMN status TEXT
+            GENERATED ALWAYS AS (json_extract(summary, '$.status')) VIRTUAL""",
+        "CREATE INDEX run_summaries_recent ON run_summaries (started_key, thread_id, run_id)",
+        """CREATE INDEX run_summaries_status_recent
+            ON run_summaries (status, started_key, thread_id, run_id)""",
+        # Scoped pages search by user_key: an index on user_id would draw the per-thread
+        # summary reads, which filter on user_id, away from their (thread_id, run_id) index.
+        """ALTER TABLE run_summaries ADD COLUMN user_key TEXT
+            GENERATED ALWAYS AS (coalesce(user_id, '')) VIRTUAL""",
+        """CREATE INDEX run_summaries_user_recent
+            ON run_summaries (user_key, started_key, thread_id, run_id)""",
+        """CREATE INDEX run_summaries_user_status_recent
+            ON run_summaries (user_key, status, started_key, thread_id, run_id)""",
+    ),
 )
 
 #: The migrations with the SQL that finds, reads and records the version of a database.

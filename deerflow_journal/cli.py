@@ -1,0 +1,788 @@
+"""``deerflow-journal``: look at a journal from a terminal, and copy one store into another.
+
+Commands read through ``SyncStore`` on a store opened ``read_only`` (``import`` alone writes):
+
+- ``threads``: threads by latest activity; ``runs [THREAD]``: runs newest first;
+- ``show THREAD RUN``: a run's timeline (``--json``: its events, one JSON record a line);
+- ``summary THREAD RUN``: a run's summary; ``tail THREAD [--follow]``: a thread's latest
+  events, and with ``--follow`` each new one as it lands, until Ctrl-C;
+- ``export THREAD [RUN]``: the thread's (or run's) events and run summaries as JSON lines;
+  ``import FILE|-``: such a file into the store ``--url`` names, seqs given by that store.
+
+``--url`` defaults to ``$DEERFLOW_JOURNAL_URL``, then ``default_store_url()``. Lines fit the
+terminal (80 columns when output is not a terminal), colour only on a terminal and never with
+``NO_COLOR``. A mistake (a thread or run the journal does not have, a bad URL, a database that
+cannot be reached, a missing file, a file that is no export) prints one line saying how to fix
+it on stderr and exits with status 1 (2 for a command line argparse refuses), never a
+traceback (``DEERFLOW_JOURNAL_DEBUG=1`` shows it for an unexpected error).
+
+The export format, one JSON object per line, each with a ``kind``:
+
+- ``{"kind": "header", "format": "deerflow-journal-export", "version": 1, "thread_id": ...,
+  "run_id": ... or null}`` first;
+- ``{"kind": "event", ...}``: a stored record (``thread_id``, ``run_id``, ``seq``,
+  ``event_type``, ``category``, ``content``, ``metadata``, ``created_at``, ``user_id``), in seq
+  order;
+- ``{"kind": "summary", ...}``: a ``RunSummary`` as JSON;
+- ``{"kind": "end", "events": N, "summaries": M}`` last, so a file cut short is refused.
+
+A thread's runs are those with a run summary or a message row (every run a ``RunJournal``
+writes has both): ``tail`` and ``export`` do not see a run made only of trace events written
+without a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import heapq
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+from deerflow_journal.records import RunEvent, normalise_event
+from deerflow_journal.stores import STORE_URL_ENV, default_store_url
+from deerflow_journal.summary import RUN_STATUSES, RunSummary
+from deerflow_journal.sync import SyncStore, open_sync_store
+from deerflow_journal.timeline import render_summary, render_timeline, timeline_rows
+
+__all__ = ["EXPORT_FORMAT", "CliError", "build_parser", "fit", "main", "width_of"]
+
+PROG = "deerflow-journal"
+#: The ``format`` of an export's header line.
+EXPORT_FORMAT = "deerflow-journal-export"
+EXPORT_VERSION = 1
+DEBUG_ENV = "DEERFLOW_JOURNAL_DEBUG"
+
+_PAGE = 500  # events per read
+_IMPORT_BATCH = 1000  # events per write
+_FINISHED = frozenset({"success", "error", "cancelled"})  # statuses a run never leaves
+
+_RESET, _DIM, _BOLD = "\x1b[0m", "\x1b[2m", "\x1b[1m"
+_STATUS_COLORS = {
+    "success": "\x1b[32m",
+    "error": "\x1b[31m",
+    "cancelled": "\x1b[33m",
+    "interrupted": "\x1b[33m",
+    "running": "\x1b[36m",
+}
+
+
+class CliError(Exception):
+    """A mistake the user can fix: its message is one line saying how."""
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+class _Out:
+    """Where results go: stdout, as wide as the terminal (80 otherwise), coloured on one."""
+
+    def __init__(self) -> None:
+        self.stream = sys.stdout
+        tty = self.stream.isatty()
+        self.width = max(20, shutil.get_terminal_size((80, 24)).columns) if tty else 80
+        self.color = tty and not os.environ.get("NO_COLOR")
+        self.progress = sys.stderr.isatty()
+
+    def line(self, text: str = "") -> None:
+        """Print one line of results."""
+        self.stream.write(text + "\n")
+
+    def fit(self, text: str) -> str:
+        """``text`` cut to the output's width."""
+        return fit(text, self.width)
+
+    def paint(self, text: str, style: str) -> str:
+        """``text`` in an ANSI ``style`` when the output takes colour."""
+        return f"{style}{text}{_RESET}" if self.color and style and text else text
+
+    def note(self, text: str) -> None:
+        """A progress note on stderr, on a terminal only, overwritten by the next."""
+        if self.progress:
+            sys.stderr.write(f"\r\x1b[2K{text}")
+            sys.stderr.flush()
+
+    def end_note(self) -> None:
+        """Clear the progress note."""
+        if self.progress:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+
+
+def _char_width(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def width_of(text: str) -> int:
+    """Columns ``text`` takes on a terminal."""
+    return sum(_char_width(ch) for ch in text)
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns, ending with ``…`` when cut."""
+    if width_of(text) <= width:
+        return text
+    kept, used = [], 0
+    for ch in text:
+        need = _char_width(ch)
+        if used + need > width - 1:
+            break
+        kept.append(ch)
+        used += need
+    return "".join(kept).rstrip() + "…"
+
+
+def _middle(text: str, width: int) -> str:
+    """``text`` cut in the middle to ``width`` columns (both ends of an id stay readable)."""
+    if width_of(text) <= width or width < 3:
+        return text if width_of(text) <= width else fit(text, width)
+    head = fit(text, (width + 1) // 2)[:-1]
+    tail = text[-(width - width_of(head) - 1) :]
+    return f"{head}…{tail}"
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _when(iso: str | datetime | None) -> str:
+    """A stored time as ``YYYY-MM-DD HH:MM:SS`` (UTC), or ``-``."""
+    if iso is None:
+        return "-"
+    moment = iso if isinstance(iso, datetime) else datetime.fromisoformat(iso)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
+
+
+def _json_line(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
+
+
+# -- stores ---------------------------------------------------------------------------------
+
+
+def _shown_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        netloc = f"{parts.username}:***@{host}{port}" if parts.username else f"***@{host}{port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return url
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return _one_line(text.splitlines()[0])
+
+
+@contextlib.contextmanager
+def opened(url: str | None, *, read_only: bool = True) -> Iterator[SyncStore]:
+    """The store ``url`` names behind ``SyncStore``, set up (``read_only`` unless writing)."""
+    where = url or default_store_url()
+    source = "--url" if url else (f"${STORE_URL_ENV}" if os.environ.get(STORE_URL_ENV) else "")
+    options: dict[str, Any] = {} if read_only else {"max_trace_content": None}
+    try:
+        store = open_sync_store(url, read_only=read_only, **options)
+    except (ValueError, TypeError) as exc:
+        raise CliError(
+            f"{_first_line(exc)}: pass a store URL with --url, e.g. sqlite:///journal.db"
+        ) from None
+    except ImportError as exc:
+        raise CliError(_first_line(exc)) from None
+    try:
+        store.setup()
+    except FileNotFoundError as exc:
+        store.close()
+        from_where = f" (from {source})" if source else " (the default)"
+        raise CliError(
+            f"{_first_line(exc)}{from_where}: pass the journal's URL with --url, or run a "
+            "journaled program first"
+        ) from None
+    except Exception as exc:
+        store.close()
+        raise CliError(
+            f"cannot open the journal at {_shown_url(where)}: {_first_line(exc)}: check the URL "
+            "and that the database is reachable"
+        ) from None
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def run_events(store: SyncStore, thread_id: str, run_id: str) -> Iterator[RunEvent]:
+    """Every event of a run, in seq order, read a page at a time."""
+    after = None
+    while True:
+        page = store.list_events(thread_id, run_id, limit=_PAGE, after_seq=after)
+        yield from page
+        if len(page) < _PAGE:
+            return
+        after = page[-1]["seq"]
+
+
+def thread_runs(store: SyncStore, thread_id: str, *, messages: bool = True) -> list[str]:
+    """The thread's runs: those with a summary (first written first), then those seen only
+    in its message rows (all of them when ``messages``, else the latest page)."""
+    runs = dict.fromkeys(s.run_id for s in store.list_run_summaries(thread_id))
+    after = 0  # from the first message (no after_seq would give the latest page)
+    while True:
+        page = (
+            store.list_messages(thread_id, limit=_PAGE, after_seq=after)
+            if messages
+            else store.list_messages(thread_id, limit=_PAGE)
+        )
+        runs.update(dict.fromkeys(m["run_id"] for m in page))
+        if not messages or len(page) < _PAGE:
+            return list(runs)
+        after = page[-1]["seq"]
+
+
+def _no_thread(thread_id: str) -> CliError:
+    return CliError(
+        f"the journal has no thread {thread_id!r}: `{PROG} threads` lists the threads it has"
+    )
+
+
+def _no_run(store: SyncStore, thread_id: str, run_id: str) -> CliError:
+    if not thread_runs(store, thread_id, messages=False):
+        return _no_thread(thread_id)
+    return CliError(
+        f"thread {thread_id!r} has no run {run_id!r}: `{PROG} runs {thread_id}` lists its runs"
+    )
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def cmd_threads(args: argparse.Namespace, out: _Out) -> None:
+    """``threads``: a page of threads, most recent activity first."""
+    with opened(args.url) as store:
+        threads = store.list_threads(limit=args.limit)
+    if args.json:
+        for t in threads:
+            out.line(orjson.dumps(_thread_json(t)).decode())
+        return
+    if not threads:
+        out.line("no threads yet")
+        return
+    runs = max(4, *(len(str(t.run_count)) for t in threads))
+    seqs = max(8, *(len(str(t.last_seq)) for t in threads))
+    out.line(
+        out.paint(
+            out.fit(f"{'last event (UTC)':<19}  {'runs':>{runs}}  {'last seq':>{seqs}}  thread"),
+            _BOLD,
+        )
+    )
+    for t in threads:
+        head = f"{_when(t.last_event_at):<19}  {t.run_count:>{runs}}  {t.last_seq:>{seqs}}  "
+        out.line(head + _middle(t.thread_id, out.width - width_of(head)))
+
+
+def _thread_json(t: Any) -> dict[str, Any]:
+    return {
+        "thread_id": t.thread_id,
+        "last_seq": t.last_seq,
+        "last_event_at": t.last_event_at,
+        "run_count": t.run_count,
+    }
+
+
+def cmd_runs(args: argparse.Namespace, out: _Out) -> None:
+    """``runs [THREAD]``: a page of runs, newest first."""
+    with opened(args.url) as store:
+        summaries = store.list_run_summaries(args.thread, status=args.status, limit=args.limit)
+        if not summaries and args.thread is not None and not thread_runs(store, args.thread):
+            raise _no_thread(args.thread)
+    if args.json:
+        for s in summaries:
+            out.line(orjson.dumps(s.to_json_dict()).decode())
+        return
+    if not summaries:
+        out.line("no runs" + (f" with status {args.status}" if args.status else ""))
+        return
+    # Run ids stay whole (`show` needs them); a long thread id is cut in the middle. Tokens
+    # and the first message are left to `summary` when every thread's runs are listed.
+    status_width = max(6, *(len(s.status) for s in summaries))
+    tokens = max(6, *(len(str(s.total_tokens)) for s in summaries))
+    one_thread = args.thread is not None
+    title = f"{'started (UTC)':<16}  {'status':<{status_width}}  "
+    title += f"{'tokens':>{tokens}}  run" if one_thread else "thread  run"
+    out.line(out.paint(out.fit(title), _BOLD))
+    for s in summaries:
+        head = f"{_when(s.started_at)[:16]:<16}  {s.status:<{status_width}}  "
+        if one_thread:
+            head += f"{s.total_tokens:>{tokens}}  "
+            text = s.run_id
+            room = out.width - width_of(head) - width_of(text) - 2
+            if s.first_human_message and room >= 20:  # a wide terminal has room for it
+                text += f"  {_one_line(s.first_human_message)}"
+        else:
+            room = out.width - width_of(head) - 2 - width_of(s.run_id)
+            text = f"{_middle(s.thread_id, max(room, 9))}  {s.run_id}"
+        out.line(_paint_status(out, head, s.status) + fit(text, out.width - width_of(head)))
+
+
+def _paint_status(out: _Out, head: str, status: str) -> str:
+    if not out.color:
+        return head
+    return head.replace(f"  {status}", "  " + out.paint(status, _STATUS_COLORS.get(status, "")), 1)
+
+
+def cmd_show(args: argparse.Namespace, out: _Out) -> None:
+    """``show THREAD RUN``: the run's timeline and summary, or its events as JSON."""
+    with opened(args.url) as store:
+        summary = store.get_run_summary(args.thread, args.run)
+        if args.json:
+            wrote = False
+            for event in run_events(store, args.thread, args.run):
+                out.line(orjson.dumps(event).decode())
+                wrote = True
+            if not wrote and summary is None:
+                raise _no_run(store, args.thread, args.run)
+            return
+        events = list(run_events(store, args.thread, args.run))
+        if not events and summary is None:
+            raise _no_run(store, args.thread, args.run)
+    out.line(render_timeline(events, summary, width=out.width, color=out.color))
+
+
+def cmd_summary(args: argparse.Namespace, out: _Out) -> None:
+    """``summary THREAD RUN``: the run's summary."""
+    with opened(args.url) as store:
+        summary = store.get_run_summary(args.thread, args.run)
+        if summary is None:
+            if store.list_events(args.thread, args.run, limit=1):
+                raise CliError(
+                    f"run {args.run!r} of thread {args.thread!r} has no summary (its journal "
+                    f"never wrote one): `{PROG} show {args.thread} {args.run}` shows its events"
+                )
+            raise _no_run(store, args.thread, args.run)
+    if args.json:
+        out.line(orjson.dumps(summary.to_json_dict()).decode())
+        return
+    out.line(f"run {summary.run_id} of thread {summary.thread_id}")
+    out.line(render_summary(summary, width=out.width, color=out.color))
+
+
+# -- tail -----------------------------------------------------------------------------------
+
+
+class _TailPrinter:
+    """Events as ``tail`` prints them: a ``-- run ID`` line where the run changes, then one
+    line per event: seq, time (UTC), event type, caller and what happened."""
+
+    def __init__(self, out: _Out) -> None:
+        self.out = out
+        self.run_id: str | None = None
+
+    def print(self, events: Sequence[RunEvent]) -> None:
+        """Print ``events`` (in seq order) and flush."""
+        out = self.out
+        for event, row in zip(events, timeline_rows(events), strict=True):
+            if row.run_id != self.run_id:
+                self.run_id = row.run_id
+                out.line(out.paint(out.fit(f"-- run {row.run_id}"), _BOLD))
+            caller = "" if row.caller == row.kind else row.caller
+            head = f"{row.seq:>6}  {event['created_at'][11:23]}  "
+            kind = f"{row.kind:<16}  "
+            rest = out.fit(head + kind + (f"{caller}  {row.text}" if caller else row.text))
+            rest = rest[len(head) + len(kind) :]
+            tone = _STATUS_COLORS.get(row.status or "", "")
+            out.line(out.paint(head, _DIM) + out.paint(kind, tone) + rest)
+        out.stream.flush()
+
+
+class _Follower:
+    """A thread's runs and how far each was read: what ``tail`` polls."""
+
+    def __init__(self, store: SyncStore, thread_id: str) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.read_to: dict[str, int | None] = {}  # run -> last seq read (None: nothing yet)
+        self.done: set[str] = set()  # runs finished and read after they finished
+        self.message_seq: int | None = None
+
+    def start(self, last: int) -> list[RunEvent]:
+        """The latest ``last`` events of the thread's latest runs; following starts after them.
+
+        Runs still going are read whole (to follow on from their end); finished ones only from
+        the newest back until ``last`` events are found, the older ones are left alone.
+        """
+        runs = thread_runs(self.store, self.thread_id, messages=False)
+        statuses = {s.run_id: s.status for s in self.store.list_run_summaries(self.thread_id)}
+        latest = self.store.list_messages(self.thread_id, limit=1)
+        self.message_seq = latest[-1]["seq"] if latest else None
+        kept: list[RunEvent] = []
+        for run_id in reversed(runs):
+            finished = statuses.get(run_id) in _FINISHED
+            self.read_to[run_id] = None
+            if finished:
+                self.done.add(run_id)
+                if len(kept) >= last:
+                    continue
+            events = list(run_events(self.store, self.thread_id, run_id))
+            self.read_to[run_id] = events[-1]["seq"] if events else None
+            kept = heapq.nlargest(last, [*kept, *events], key=lambda e: e["seq"])
+        return sorted(kept, key=lambda e: e["seq"])
+
+    def poll(self) -> list[RunEvent]:
+        """Every event written since the last poll, in seq order."""
+        finished = set()
+        for s in self.store.list_run_summaries(self.thread_id, limit=50):
+            self.read_to.setdefault(s.run_id, None)
+            if s.status in _FINISHED:
+                finished.add(s.run_id)
+        while True:
+            page = self.store.list_messages(
+                self.thread_id, limit=_PAGE, after_seq=self.message_seq or 0
+            )
+            for message in page:
+                self.read_to.setdefault(message["run_id"], None)
+            if page:
+                self.message_seq = page[-1]["seq"]
+            if len(page) < _PAGE:
+                break
+        new: list[RunEvent] = []
+        for run_id, after in list(self.read_to.items()):
+            if run_id in self.done:
+                continue
+            while True:
+                page = self.store.list_events(self.thread_id, run_id, limit=_PAGE, after_seq=after)
+                new += page
+                if page:
+                    after = self.read_to[run_id] = page[-1]["seq"]
+                if len(page) < _PAGE:
+                    break
+            # Its summary came with its last events: read once after it finished, it is done.
+            if run_id in finished:
+                self.done.add(run_id)
+        return sorted(new, key=lambda e: e["seq"])
+
+
+def cmd_tail(args: argparse.Namespace, out: _Out) -> None:
+    """``tail THREAD``: the thread's latest events, then with ``--follow`` new ones."""
+    try:
+        with opened(args.url) as store:
+            follower = _Follower(store, args.thread)
+            first = follower.start(args.lines)
+            if not follower.read_to:
+                raise _no_thread(args.thread)
+            printer = _TailPrinter(out)
+            printer.print(first)
+            while args.follow:
+                time.sleep(args.interval)
+                printer.print(follower.poll())
+    except KeyboardInterrupt:
+        # Ctrl-C is how --follow ends.
+        with contextlib.suppress(BrokenPipeError):
+            out.stream.flush()
+
+
+# -- export and import ----------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace, out: _Out) -> None:
+    """``export THREAD [RUN]``: the export format on stdout."""
+    stream = out.stream.buffer if hasattr(out.stream, "buffer") else None
+    write: Callable[[bytes], Any] = (
+        stream.write if stream is not None else (lambda b: out.stream.write(b.decode()))
+    )
+    with opened(args.url) as store:
+        if args.run is not None:
+            runs = [args.run]
+            summaries = [s for s in [store.get_run_summary(args.thread, args.run)] if s]
+            if not summaries and not store.list_events(args.thread, args.run, limit=1):
+                raise _no_run(store, args.thread, args.run)
+        else:
+            runs = thread_runs(store, args.thread)
+            summaries = store.list_run_summaries(args.thread)
+            if not runs:
+                raise _no_thread(args.thread)
+        write(
+            _json_line(
+                {
+                    "kind": "header",
+                    "format": EXPORT_FORMAT,
+                    "version": EXPORT_VERSION,
+                    "thread_id": args.thread,
+                    "run_id": args.run,
+                }
+            )
+        )
+        # Every run's events, merged into one seq order, a page of each run at a time.
+        merged = heapq.merge(
+            *(run_events(store, args.thread, run_id) for run_id in runs), key=lambda e: e["seq"]
+        )
+        count = 0
+        for event in merged:
+            write(_json_line({"kind": "event", **event}))
+            count += 1
+            if count % 1000 == 0:
+                out.note(f"exported {count:,} events")
+        for summary in summaries:
+            write(_json_line({"kind": "summary", **summary.to_json_dict()}))
+        write(_json_line({"kind": "end", "events": count, "summaries": len(summaries)}))
+        out.end_note()
+        if stream is not None:
+            stream.flush()
+
+
+def _not_an_export(name: str, why: str) -> CliError:
+    return CliError(f"{name} is not a {PROG} export ({why}): make one with `{PROG} export THREAD`")
+
+
+def _read_export(path: str, name: str) -> tuple[list[tuple[str, str]], int]:
+    """Check the export at ``path`` line by line before anything is written (each event and
+    summary as a store would check it); the runs it holds and how many events."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise CliError(f"no file {name}: give the path of a file `{PROG} export` wrote") from None
+    except OSError as exc:
+        raise CliError(f"cannot read {name}: {exc.strerror or exc}: check the path") from None
+    with f:
+        first = f.readline()
+        if not first.strip():
+            raise _not_an_export(name, "it is empty" if not first else "its first line is empty")
+        try:
+            header = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            raise _not_an_export(name, "its first line is not JSON") from None
+        if not (isinstance(header, dict) and header.get("format") == EXPORT_FORMAT):
+            raise _not_an_export(name, "no export header on its first line")
+        if header.get("version") != EXPORT_VERSION:
+            raise CliError(
+                f"{name} is a version {header.get('version')} export; this {PROG} reads "
+                f"version {EXPORT_VERSION}: upgrade deerflow-journal"
+            )
+        runs: dict[tuple[str, str], None] = {}
+        events = summaries = 0
+        end = None
+        for number, line in enumerate(f, start=2):
+            if end is not None:
+                raise _not_an_export(name, f"line {number} follows its end line")
+            try:
+                item = orjson.loads(line)
+                kind = item.pop("kind")
+                if kind == "event":
+                    item.pop("seq")
+                    event = normalise_event(item, max_trace_content=None)
+                    runs[event.thread_id, event.run_id] = None
+                    events += 1
+                elif kind == "summary":
+                    summary = RunSummary.model_validate(item)
+                    runs[summary.thread_id, summary.run_id] = None
+                    summaries += 1
+                elif kind == "end":
+                    end = item
+                else:
+                    raise _not_an_export(name, f"line {number} has kind {kind!r}")
+            except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+                raise _not_an_export(name, f"line {number} is no export record") from None
+            except ValueError as exc:  # a refused event, an invalid summary
+                raise _not_an_export(name, f"line {number}: {_first_line(exc)}") from None
+        if end is None or (end.get("events"), end.get("summaries")) != (events, summaries):
+            raise CliError(
+                f"{name} is cut short (its end line is missing or does not match): export it again"
+            )
+    return list(runs), events
+
+
+def cmd_import(args: argparse.Namespace, out: _Out) -> None:
+    """``import FILE|-``: an export written into the store ``--url`` names."""
+    with contextlib.ExitStack() as stack:
+        if args.file == "-":
+            # Read twice (checked, then written): stdin goes to a file first.
+            spool = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".jsonl"))
+            shutil.copyfileobj(sys.stdin.buffer, spool)
+            spool.flush()
+            path, name = spool.name, "standard input"
+        else:
+            path, name = args.file, args.file
+        runs, total = _read_export(path, name)
+        store = stack.enter_context(opened(args.url, read_only=False))
+        for thread_id, run_id in runs:
+            if store.list_events(thread_id, run_id, limit=1, user_id=None) or (
+                store.get_run_summary(thread_id, run_id, user_id=None)
+            ):
+                raise CliError(
+                    f"the target journal already has run {run_id!r} of thread {thread_id!r}: "
+                    "import into another store, or delete that run there first"
+                )
+        events, summaries = _write_export(store, path, total, out)
+    out.line(f"imported {events} events and {summaries} run summaries")
+
+
+def _write_export(store: SyncStore, path: str, total: int, out: _Out) -> tuple[int, int]:
+    batch: list[dict[str, Any]] = []
+    written = 0
+    summaries: list[RunSummary] = []
+    with open(path, "rb") as f:
+        f.readline()  # the header
+        for line in f:
+            item = orjson.loads(line)
+            kind = item.pop("kind")
+            if kind == "event":
+                item.pop("seq", None)  # the target gives its own, in the same order
+                batch.append(item)
+                if len(batch) == _IMPORT_BATCH:
+                    written += len(store.put_batch(batch))
+                    batch = []
+                    out.note(f"imported {written:,} of {total:,} events")
+            elif kind == "summary":
+                summaries.append(RunSummary.model_validate(item))
+    if batch:
+        written += len(store.put_batch(batch))
+    for summary in summaries:
+        store.put_run_summary(summary)
+    out.end_note()
+    return written, len(summaries)
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        sys.exit(2)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 3600, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``deerflow-journal`` argument parser."""
+    url_help = f"the journal's store URL (default: ${STORE_URL_ENV}, else {default_store_url()})"
+    parser = _Parser(
+        prog=PROG,
+        description="Look at a deerflow-journal store, or copy runs into another one.",
+    )
+    parser.add_argument("--url", help=url_help)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+
+    def command(name: str, run: Callable[..., None], help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        # Also after the command; SUPPRESS keeps a --url given before it.
+        sub.add_argument("--url", default=argparse.SUPPRESS, help=url_help)
+        sub.set_defaults(handler=run)
+        return sub
+
+    sub = command("threads", cmd_threads, "threads, most recent activity first")
+    sub.add_argument("--limit", type=_positive, default=20, help="how many (default 20)")
+    sub.add_argument("--json", action="store_true", help="one JSON object per thread")
+
+    sub = command("runs", cmd_runs, "runs (of one thread, or of every thread), newest first")
+    sub.add_argument("thread", nargs="?", metavar="THREAD")
+    sub.add_argument("--status", choices=RUN_STATUSES)
+    sub.add_argument("--limit", type=_positive, default=20, help="how many (default 20)")
+    sub.add_argument("--json", action="store_true", help="one run summary (JSON) per line")
+
+    sub = command("show", cmd_show, "a run's timeline and summary")
+    sub.add_argument("thread", metavar="THREAD")
+    sub.add_argument("run", metavar="RUN")
+    sub.add_argument("--json", action="store_true", help="the run's events, one JSON per line")
+
+    sub = command("summary", cmd_summary, "a run's summary: status, timing, tokens")
+    sub.add_argument("thread", metavar="THREAD")
+    sub.add_argument("run", metavar="RUN")
+    sub.add_argument("--json", action="store_true", help="the summary as JSON")
+
+    sub = command("tail", cmd_tail, "a thread's latest events; with --follow, new ones too")
+    sub.add_argument("thread", metavar="THREAD")
+    sub.add_argument("--follow", "-f", action="store_true", help="print new events until Ctrl-C")
+    sub.add_argument("--lines", "-n", type=_positive, default=10, help="how many (default 10)")
+    sub.add_argument("--interval", type=_seconds, default=0.5, help="seconds between polls")
+
+    sub = command("export", cmd_export, "a thread's (or run's) events and summaries as JSONL")
+    sub.add_argument("thread", metavar="THREAD")
+    sub.add_argument("run", nargs="?", metavar="RUN")
+
+    sub = command("import", cmd_import, "write an export into the store --url names")
+    sub.add_argument("file", metavar="FILE|-", help="an export file, or - for standard input")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); the exit status."""
+    args = build_parser().parse_args(argv)
+    out = _Out()
+    try:
+        args.handler(args, out)
+        out.stream.flush()
+    except CliError as exc:
+        out.end_note()
+        _say(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # A reader that stopped early (| head): nothing more to say, and no traceback at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        _say(
+            f"unexpected {type(exc).__name__}: {_first_line(exc)} (set {DEBUG_ENV}=1 to see "
+            "where; please report it)"
+        )
+        return 1
+    return 0
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"{PROG}: error: {_one_line(message)}\n")
+    sys.stderr.flush()
