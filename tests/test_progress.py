@@ -75,3 +75,23 @@ def test_a_delivery_still_running_at_exit_is_cancelled_quietly():
     assert done.returncode == 0, done.stderr
     assert done.stdout == "exit\n"
     assert done.stderr == ""  # no "Task was destroyed but it is pending!" at shutdown
+
+
+async def test_aclose_gives_up_on_a_reporter_that_never_returns(monkeypatch, caplog):
+    from deerflow_journal import MemoryRunEventStore, RunJournal
+    from deerflow_journal.journal.writer import JournalWriter
+    from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
+
+    monkeypatch.setattr(JournalWriter, "wait_timeout", 0.5)
+    started = asyncio.Event()
+
+    async def reporter(snapshot: dict[str, Any]) -> None:
+        started.set()
+        await asyncio.Event().wait()  # never returns
+
+    journal = RunJournal(event_store=MemoryRunEventStore(), progress_reporter=reporter)
+    await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    await started.wait()
+    await journal.aclose()  # without a bound, this waited for the reporter for ever
+    assert "journal gave up after 0.5 s waiting for" in caplog.text
+    assert [e["event_type"] for e in await run_events(journal)][-1] == "run.end"

@@ -205,8 +205,16 @@ class JournalWriter:
     async def aclose(self) -> None:
         """Flush, wait for progress snapshots, close the store if the journal opened it."""
         await self.flush()
-        for future in self._still_running():
-            await asyncio.wrap_future(future)
+        still = [asyncio.wrap_future(future) for future in self._still_running()]
+        if still:
+            _, waiting = await asyncio.wait(still, timeout=self.wait_timeout)
+            if waiting:  # a progress reporter that never returns must not hang the close
+                logger.error(
+                    "journal gave up after %.1f s waiting for %d progress snapshots or "
+                    "workspace diffs",
+                    self.wait_timeout,
+                    len(waiting),
+                )
         if self.owns_store:
             closing = asyncio.run_coroutine_threadsafe(self.store._release(), background_loop())
             await asyncio.wrap_future(closing)
