@@ -116,9 +116,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 run_count = run_count + NOT EXISTS (
                     SELECT 1 FROM run_events
                     WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id AND seq < NEW.seq);
+        END""",
+        # The same for the row's user, in a trigger of its own: rows without one skip it.
+        """CREATE TRIGGER run_events_thread_added_for_user AFTER INSERT ON run_events
+        WHEN NEW.user_id IS NOT NULL
+        BEGIN
             INSERT INTO run_threads (user_key, thread_id, last_seq, last_event_at, run_count)
-            SELECT NEW.user_id, NEW.thread_id, NEW.seq, NEW.created_at, 1
-            WHERE NEW.user_id IS NOT NULL
+            VALUES (NEW.user_id, NEW.thread_id, NEW.seq, NEW.created_at, 1)
             ON CONFLICT (user_key, thread_id) DO UPDATE SET
                 last_seq = excluded.last_seq,
                 last_event_at = excluded.last_event_at,
