@@ -25,9 +25,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from deerflow_journal import load_contract, validate_event
+from deerflow_journal.records import make_record
+
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT_PATH = "contracts/run_event_stream_contract.json"
-CONTRACT = ROOT / CONTRACT_PATH
 EVENTS_PAGE = ROOT / "docs" / "events.md"
 COMMAND = ".venv/bin/python docs/generate.py"
 
@@ -363,17 +365,9 @@ def _record(
     metadata: dict[str, Any],
     created_at: str,
 ) -> dict[str, Any]:
-    return {
-        "thread_id": _THREAD,
-        "run_id": run_id,
-        "seq": seq,
-        "event_type": event_type,
-        "category": category,
-        "content": content,
-        "metadata": metadata,
-        "created_at": created_at,
-        "user_id": None,
-    }
+    return dict(
+        make_record(_THREAD, run_id, seq, event_type, category, content, metadata, created_at, None)
+    )
 
 
 #: An example record per event, as a store returns it (shapes taken from real runs).
@@ -612,11 +606,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 # -- rendering -------------------------------------------------------------------------------
-
-
-def load_contract(path: Path = CONTRACT) -> dict[str, Any]:
-    """The contract as it is in the source tree."""
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _anchor(title: str) -> str:
@@ -887,8 +876,6 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"docs/events.md is out of date: run `{COMMAND}`", file=sys.stderr)
         return 1
-    from deerflow_journal import validate_event
-
     for example in example_records(contract):
         validate_event(example)
     EVENTS_PAGE.write_text(text, encoding="utf-8")
