@@ -119,7 +119,8 @@ class ThrowawayServer:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ThrowawayServer]:
-    """A server of this module's own, which it may restart (CI only: it runs initdb)."""
+    """A server of this module's own, which it may restart (CI only: it runs initdb, and in
+    CI a missing tool fails the tests, since they must run there)."""
     if os.environ.get("CI") != "true":
         pytest.skip(
             "restarts a PostgreSQL server, so it starts a throwaway one with initdb and "
@@ -127,7 +128,7 @@ def server() -> Iterator[ThrowawayServer]:
         )
     bindir = _postgres_bindir()
     if bindir is None:
-        pytest.skip("no initdb and pg_ctl (PATH, /usr/lib/postgresql/*/bin) to start a server")
+        pytest.fail("no initdb and pg_ctl (PATH, /usr/lib/postgresql/*/bin) to start a server")
     user = None
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         import pwd
@@ -136,9 +137,9 @@ def server() -> Iterator[ThrowawayServer]:
         try:
             pwd.getpwnam(user)
         except KeyError:
-            pytest.skip("running as root without a postgres user to run a throwaway server")
+            pytest.fail("running as root without a postgres user to run a throwaway server")
         if shutil.which("runuser") is None:
-            pytest.skip("running as root without runuser to start a throwaway server")
+            pytest.fail("running as root without runuser to start a throwaway server")
     made = ThrowawayServer(bindir, user)
     try:
         made.start()
