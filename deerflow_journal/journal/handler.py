@@ -603,8 +603,7 @@ class RunJournal(GraphCallbackHandler):
         self, run_id: UUID, parent_run_id: UUID | None, caller: str
     ) -> RunState | None:
         """Time a model call; the caller's held tool errors can no longer be retried."""
-        # _own_run, inlined: this runs at every model call
-        state = self._runs.get(getattr(parent_run_id or run_id, "int", parent_run_id or run_id))
+        state = self._own_run(run_id, parent_run_id)
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[getattr(run_id, "int", run_id)] = (time.monotonic(), state.llm_calls)
@@ -689,8 +688,7 @@ class RunJournal(GraphCallbackHandler):
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
-            # _own_run, inlined: this runs at every model call
-            state = self._runs.get(getattr(parent_run_id or run_id, "int", parent_run_id or run_id))
+            state = self._own_run(run_id, parent_run_id)
             key = getattr(run_id, "int", run_id)
             if state is None or key in state.answered:
                 return
