@@ -349,6 +349,24 @@ class PendingEvent:
         """The content as plain JSON values, decoded afresh from ``content_json``."""
         return orjson.loads(self.content_json)
 
+    def columns(self) -> tuple[Any, ...]:
+        """The row every backend stores: the fields, then the indexed ``task_id`` and
+        ``caller`` from metadata (``None`` unless text)."""
+        task_id = self.metadata.get("task_id")
+        caller = self.metadata.get("caller")
+        return (
+            self.thread_id,
+            self.run_id,
+            self.event_type,
+            self.category,
+            self.content_json,
+            self.metadata_json,
+            self.created_at,
+            self.user_id,
+            task_id if type(task_id) is str else None,
+            caller if type(caller) is str else None,
+        )
+
     def record(self, seq: int) -> RunEvent:
         """Return the stored record this event becomes once it has ``seq``."""
         return make_record(

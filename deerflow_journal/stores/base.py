@@ -33,7 +33,7 @@ import itertools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
@@ -280,13 +280,30 @@ class RecentBatchIds:
 
 
 @dataclass(frozen=True, slots=True)
-class JournalBatch:
-    """One journal write, normalised: events and run summaries stored all or nothing, under
-    an id the store records with them (``None``: no id)."""
+class Write:
+    """One write, normalised: what a backend's ``_write`` hook stores all or nothing.
+
+    Its events are numbered on per thread in input order; its run summaries are upserted by
+    ``(thread_id, run_id)``, keeping the place a run's first summary took in listings.
+    ``batch_id`` (the journal's batches) is recorded with them, and a write whose id the
+    store recorded already writes nothing. ``if_absent`` (one event) writes nothing if the
+    run has an event of that type from the same user (``None`` matches only ``None``).
+    """
 
     events: list[PendingEvent]
-    summaries: list[dict[str, Any]]
+    summaries: list[dict[str, Any]] = field(default_factory=list)
     batch_id: str | None = None
+    if_absent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a ``_write`` did: the seqs of its events in input order, or why it wrote nothing
+    (its batch id was recorded already, or the stored event an ``if_absent`` write found)."""
+
+    seqs: list[int]
+    repeated: bool = False
+    found: RunEvent | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,7 +454,8 @@ class RunEventStore(ABC):
             max_trace_content=self.max_trace_content,
         )
         await self._ready()
-        return (await _shielded(self._append([pending])))[0]
+        written = await _shielded(self._write(Write([pending])))
+        return pending.record(written.seqs[0])
 
     async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
         """Append every event atomically, seq in input order; a rejected batch writes nothing."""
@@ -446,7 +464,8 @@ class RunEventStore(ABC):
         if not pending:
             return []
         await self._ready()
-        return await _shielded(self._append(pending))
+        written = await _shielded(self._write(Write(pending)))
+        return [event.record(seq) for event, seq in zip(pending, written.seqs, strict=True)]
 
     async def put_if_absent(
         self,
@@ -472,7 +491,10 @@ class RunEventStore(ABC):
             max_trace_content=self.max_trace_content,
         )
         await self._ready()
-        return await _shielded(self._append_if_absent(pending))
+        written = await _shielded(self._write(Write([pending], if_absent=True)))
+        if written.found is not None:
+            return written.found, False
+        return pending.record(written.seqs[0]), True
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -609,7 +631,7 @@ class RunEventStore(ABC):
         self._check_writable("put a run summary")
         data = _summary_data(summary)
         await self._ready()
-        await _shielded(self._put_run_summary(data))
+        await _shielded(self._write(Write([], [data])))
         return RunSummary.model_validate(data)
 
     async def get_run_summary(
@@ -704,7 +726,7 @@ class RunEventStore(ABC):
         pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
         data = [_summary_data(summary) for summary in summaries]
         await self._ready()
-        return await self._append_with_summaries(JournalBatch(pending, data, batch_id))
+        return not (await self._write(Write(pending, data, batch_id))).repeated
 
     # -- backend hooks -----------------------------------------------------------------------
 
@@ -715,26 +737,13 @@ class RunEventStore(ABC):
     async def _close(self) -> None: ...
 
     @abstractmethod
-    def _append(self, events: list[PendingEvent]) -> Awaitable[list[RunEvent]]:
-        """Persist ``events`` in one atomic step, assigning seq per thread in input order.
+    def _write(self, write: Write) -> Awaitable[Written]:
+        """Store ``write`` in one atomic step; raise ``PermissionError`` without writing if
+        one of its summaries would replace another user's.
 
         A coroutine, or a future already under way (``_shielded`` then shields it without
         wrapping it in a task).
         """
-
-    @abstractmethod
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
-        """Persist the batch's events as ``_append`` does and upsert its summaries as
-        ``_put_run_summary`` does, in one atomic step: a refused summary writes nothing.
-
-        With a ``batch_id`` among the last ``BATCH_IDS_KEPT`` recorded, write nothing and
-        return False; else record it in the same step and return True.
-        """
-
-    @abstractmethod
-    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        """Persist ``event`` unless its run has that type for the same user (``None`` matches
-        only ``None``), serialised with ``_append``."""
 
     @abstractmethod
     async def _list_messages(
@@ -757,11 +766,6 @@ class RunEventStore(ABC):
 
     @abstractmethod
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int: ...
-
-    @abstractmethod
-    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        """Upsert by (thread_id, run_id), keeping first-written order for listing; raise
-        ``PermissionError`` without writing if the stored summary has another ``user_id``."""
 
     @abstractmethod
     async def _get_run_summary(

@@ -42,10 +42,11 @@ from typing import Any, TypeVar
 from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent
 from deerflow_journal.stores.base import (
     EventQuery,
-    JournalBatch,
     MessagePage,
     RecentBatchIds,
     RunEventStore,
+    Write,
+    Written,
 )
 from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
 from deerflow_journal.stores.jsonl_browsing import JsonlBrowser
@@ -68,7 +69,6 @@ from deerflow_journal.stores.jsonl_files import (
 )
 from deerflow_journal.stores.jsonl_paths import LOCK_STRIPES, ThreadPaths
 from deerflow_journal.stores.jsonl_summaries import (
-    append_summary,
     delete_summaries,
     parse_summaries,
     read_summaries,
@@ -217,26 +217,23 @@ class JsonlRunEventStore(RunEventStore):
 
     # -- writes ------------------------------------------------------------------------------
 
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        return await asyncio.to_thread(self._append_sync, events)
+    async def _write(self, write: Write) -> Written:
+        return await asyncio.to_thread(self._write_sync, write)
 
-    def _append_sync(self, events: list[PendingEvent]) -> list[RunEvent]:
-        with self._locked(e.thread_id for e in events) as held:
-            return self._write(held, events)
-
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
-        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
-        return await asyncio.to_thread(
-            self._append_with_summaries_sync, events, summaries, batch_id
-        )
-
-    def _append_with_summaries_sync(
-        self, events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: str | None
-    ) -> bool:
-        if batch_id in self._batch_ids:
-            return False
-        event_threads = {e.thread_id for e in events}
-        with self._locked([*event_threads, *(s["thread_id"] for s in summaries)]) as held:
+    def _write_sync(self, write: Write) -> Written:
+        if write.batch_id in self._batch_ids:
+            return Written([], repeated=True)
+        events, summaries = write.events, write.summaries
+        threads = [*(e.thread_id for e in events), *(s["thread_id"] for s in summaries)]
+        if not threads:
+            return Written([])
+        with self._locked(threads) as held:
+            if write.if_absent:
+                (event,) = events
+                indexes = self._refreshed(held[event.thread_id]).indexes
+                row = indexes.first_of_type(event.run_id, event.event_type, event.user_id)
+                if row is not None:
+                    return Written([], found=row.record())
             for summary in summaries:  # refuse before anything is written
                 _check_summary_owner(held[summary["thread_id"]].paths, summary)
             # The summaries go into the events' batch (before its commit point): the journal
@@ -244,35 +241,22 @@ class JsonlRunEventStore(RunEventStore):
             lines: dict[str, list[bytes]] = {}
             for summary in summaries:
                 lines.setdefault(summary["thread_id"], []).append(summary_line(summary))
-            if held:
-                self._write(held, events, lines, batch_id)
-        return True
+            return Written(self._write_rows(held, events, lines, write.batch_id))
 
-    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        return await asyncio.to_thread(self._append_if_absent_sync, event)
-
-    def _append_if_absent_sync(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        with self._locked([event.thread_id]) as held:
-            indexes = self._refreshed(held[event.thread_id]).indexes
-            row = indexes.first_of_type(event.run_id, event.event_type, event.user_id)
-            if row is not None:
-                return row.record(), False
-            return self._write(held, [event])[0], True
-
-    def _write(
+    def _write_rows(
         self,
         held: dict[str, LockedThread],
         events: list[PendingEvent],
-        summaries: dict[str, list[bytes]] | None = None,
-        batch_id: str | None = None,
-    ) -> list[RunEvent]:
+        summaries: dict[str, list[bytes]],
+        batch_id: str | None,
+    ) -> list[int]:
         """Assign seq and write ``events`` (and ``summaries`` lines, by thread) all or nothing,
         with every thread in ``held`` locked; ``batch_id`` is remembered once they are in."""
         last = {thread_id: lt.state.seq for thread_id, lt in held.items()}
         lines: dict[str, dict[str, list[bytes]]] = {thread_id: {} for thread_id in held}
         rows: dict[str, list[Row]] = {thread_id: [] for thread_id in held}
         names: dict[str, str] = {}
-        records = []
+        seqs = []
         for event in events:
             thread_id, seq = event.thread_id, last[event.thread_id] + 1
             last[thread_id] = seq
@@ -282,15 +266,15 @@ class JsonlRunEventStore(RunEventStore):
                 name = names[event.run_id] = held[thread_id].paths.run_file(event.run_id).name
             lines[thread_id].setdefault(name, []).append(line)
             rows[thread_id].append(Row.written(event, seq, line))
-            records.append(event.record(seq))
+            seqs.append(seq)
         before = {thread_id: dataclasses.replace(lt.state) for thread_id, lt in held.items()}
-        sizes = self._commit(held, last, lines, summaries or {}, batch_id)
+        sizes = self._commit(held, last, lines, summaries, batch_id)
         for thread_id, lt in held.items():
             with self._guard:
                 cache = self._caches.get(thread_id)
             if cache is not None:
                 cache.apply(before[thread_id], lt.state, sizes[thread_id], rows[thread_id])
-        return records
+        return seqs
 
     def _commit(
         self,
@@ -381,15 +365,6 @@ class JsonlRunEventStore(RunEventStore):
             return deleted
 
     # -- run summaries -----------------------------------------------------------------------
-
-    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        await asyncio.to_thread(self._put_run_summary_sync, summary)
-
-    def _put_run_summary_sync(self, summary: dict[str, Any]) -> None:
-        with self._locked([summary["thread_id"]]) as held:
-            paths = held[summary["thread_id"]].paths
-            _check_summary_owner(paths, summary)
-            append_summary(paths, summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

@@ -7,15 +7,12 @@ from typing import Any
 import orjson
 
 from deerflow_journal.stores.jsonl_files import (
-    append_file,
-    prepare_append,
     read_lines,
     rewrite_file,
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
 
 __all__ = [
-    "append_summary",
     "delete_summaries",
     "parse_summaries",
     "read_summaries",
@@ -29,12 +26,6 @@ _NEWLINE = orjson.OPT_APPEND_NEWLINE
 def summary_line(summary: dict[str, Any]) -> bytes:
     """One summary as its line of ``summaries.jsonl``."""
     return orjson.dumps(summary, option=_NEWLINE)
-
-
-def append_summary(paths: ThreadPaths, summary: dict[str, Any]) -> None:
-    """Append one summary line (call with the thread locked)."""
-    prepare_append(paths.summaries)
-    append_file(paths.summaries, summary_line(summary))
 
 
 def read_summaries(paths: ThreadPaths) -> dict[str, dict[str, Any]]:

@@ -15,10 +15,11 @@ from deerflow_journal.records import (
 )
 from deerflow_journal.stores.base import (
     EventQuery,
-    JournalBatch,
     MessagePage,
     RecentBatchIds,
     RunEventStore,
+    Write,
+    Written,
 )
 from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
 from deerflow_journal.stores.memory_browsing import IndexedSummaries, ThreadActivity
@@ -31,18 +32,16 @@ __all__ = ["MemoryRunEventStore"]
 # A stored event: a plain tuple of strings and ints, which the garbage collector stops
 # tracking, so a store holding many events adds nothing to collection pauses. task_id and
 # caller are taken at write time, when they are strings, for the queries that filter on them.
-_Row = tuple[int, str, str, str, str, str, str, "str | None", Any, Any]
-_SEQ, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(10)
+_Row = tuple[int, str, str, str, str, str, str, str, "str | None", Any, Any]
+_SEQ, _THREAD, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(
+    11
+)
 _FIELDS: RowFields[_Row] = RowFields(
     event_type=operator.itemgetter(_TYPE),
     user_id=operator.itemgetter(_USER),
     task_id=operator.itemgetter(_TASK),
     caller=operator.itemgetter(_CALLER),
 )
-
-
-def _text_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 class _Thread:
@@ -116,51 +115,33 @@ class MemoryRunEventStore(RunEventStore):
             thread = self._threads[thread_id] = _Thread(thread_id)
         return thread
 
-    # No await in the write hooks: each write is atomic on the event loop.
+    # No await in the write hook: each write is atomic on the event loop.
 
     def _add(self, event: PendingEvent) -> int:
         thread = self._thread(event.thread_id)
         seq = thread.last_seq = thread.last_seq + 1
-        metadata = event.metadata
-        thread.add(
-            (
-                seq,
-                event.run_id,
-                event.event_type,
-                event.category,
-                event.content_json,
-                event.metadata_json,
-                event.created_at,
-                event.user_id,
-                _text_or_none(metadata.get("task_id")),
-                _text_or_none(metadata.get("caller")),
-            )
-        )
+        thread.add((seq, *event.columns()))
         self._activity.added(event.thread_id, event.run_id, event.user_id, seq, event.created_at)
         return seq
 
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        return [event.record(self._add(event)) for event in events]
-
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
-        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
-        if batch_id in self._batch_ids:
-            return False
-        for summary in summaries:  # refuse before anything is written
-            self._check_summary_owner(summary)
-        for event in events:
-            self._add(event)
-        for summary in summaries:
+    async def _write(self, write: Write) -> Written:
+        if write.batch_id in self._batch_ids:
+            return Written([], repeated=True)
+        if write.if_absent:
+            (event,) = write.events
+            thread = self._thread(event.thread_id)
+            row = thread.indexes.first_of_type(event.run_id, event.event_type, event.user_id)
+            if row is not None:
+                return Written([], found=thread.records([row])[0])
+        for summary in write.summaries:  # refuse before anything is written
+            stored = self._summaries.get((summary["thread_id"], summary["run_id"]))
+            if stored is not None and stored["user_id"] != summary["user_id"]:
+                raise other_users_summary_error(summary)
+        seqs = [self._add(event) for event in write.events]
+        for summary in write.summaries:
             self._summaries[(summary["thread_id"], summary["run_id"])] = summary
-        self._batch_ids.add(batch_id)
-        return True
-
-    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        thread = self._thread(event.thread_id)
-        row = thread.indexes.first_of_type(event.run_id, event.event_type, event.user_id)
-        if row is not None:
-            return thread.records([row])[0], False
-        return (await self._append([event]))[0], True
+        self._batch_ids.add(write.batch_id)
+        return Written(seqs)
 
     async def _list_messages(
         self, thread_id: str, run_id: str | None, page: MessagePage, user_id: str | None
@@ -207,15 +188,6 @@ class MemoryRunEventStore(RunEventStore):
             ):
                 del self._summaries[key]
         return deleted
-
-    def _check_summary_owner(self, summary: dict[str, Any]) -> None:
-        stored = self._summaries.get((summary["thread_id"], summary["run_id"]))
-        if stored is not None and stored["user_id"] != summary["user_id"]:
-            raise other_users_summary_error(summary)
-
-    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        self._check_summary_owner(summary)
-        self._summaries[(summary["thread_id"], summary["run_id"])] = summary
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None

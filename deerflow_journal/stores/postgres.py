@@ -47,11 +47,12 @@ from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
     BATCH_IDS_KEPT,
     EventQuery,
-    JournalBatch,
     MessagePage,
     RunEventStore,
     Schema,
     Statements,
+    Write,
+    Written,
     run_statements,
 )
 from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
@@ -451,57 +452,43 @@ class PostgresRunEventStore(RunEventStore):
 
     # -- writes ------------------------------------------------------------------------------
 
-    async def _append(self, events: list[PendingEvent]) -> list[RunEvent]:
-        with _refusing(_events_named(events)):
-            async with self._connection() as (conn, cur):
-                async with _atomic(conn, pipeline=True):
-                    await _lock_threads(conn, {e.thread_id for e in events})
-                    await cur.execute(_INSERT_BATCH, _batch_columns(events))
-                # Fetched after COMMIT, so the whole batch costs one round trip.
-                last_seqs = dict(await cur.fetchall())
-        return _assign_seqs(events, last_seqs)
+    async def _write(self, write: Write) -> Written:
+        events, batch_id = write.events, write.batch_id
 
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
-        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
-        what = f"a journal write of {len(events)} events and {len(summaries)} run summaries"
-
-        async def write(cur: AsyncCursor[TupleRow]) -> bool:
-            async with _atomic(cur.connection, pipeline=True):
+        async def work(cur: AsyncCursor[TupleRow]) -> Written:
+            conn = cur.connection
+            async with _atomic(conn, pipeline=True):
                 if batch_id is not None:
                     # Waits for a first attempt still in flight on a dropped connection.
                     await cur.execute(_RECORD_BATCH, (batch_id,))
                     recorded = await cur.fetchone()
                     if recorded is None:
-                        return False
+                        return Written([], repeated=True)
                     await cur.execute(_FORGET_OLD_BATCHES, (recorded[0] - BATCH_IDS_KEPT,))
                 if events:
-                    await _lock_threads(cur.connection, {e.thread_id for e in events})
-                    await cur.execute(_INSERT_BATCH, _batch_columns(events))
-                for summary in summaries:
+                    await _lock_threads(conn, {e.thread_id for e in events})
+                if write.if_absent:
+                    key = (events[0].thread_id, events[0].run_id, events[0].event_type)
+                    await cur.execute(_FIND_TYPE_IN_RUN, (*key, events[0].user_id))
+                    found = await cur.fetchone()
+                    if found is not None:
+                        return Written([], found=_records([found])[0])
+                for summary in write.summaries:
                     await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
                     if await cur.fetchone() is None:
                         raise other_users_summary_error(summary)
-            return True
+                if events:
+                    await cur.execute(_INSERT_BATCH, _batch_columns(events))
+            # Fetched after COMMIT (the insert is the cursor's last statement), so that the
+            # insert costs no round trip of its own.
+            return Written(_seqs(events, dict(await cur.fetchall())) if events else [])
 
-        with _refusing(what):
+        with _refusing(_write_named(write)):
             if batch_id is None:
                 async with self._connection() as (_, cur):
-                    return await write(cur)
+                    return await work(cur)
             # Under its id a batch the lost connection took is not written twice.
-            return await self._repeatable(write)
-
-    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        with _refusing(_events_named([event])):
-            async with self._connection() as (conn, cur), _atomic(conn, pipeline=True):
-                await _lock_threads(conn, {event.thread_id})
-                key = (event.thread_id, event.run_id, event.event_type, event.user_id)
-                await cur.execute(_FIND_TYPE_IN_RUN, key)
-                existing = await cur.fetchone()
-                if existing is not None:
-                    return _records([existing])[0], False
-                await cur.execute(_INSERT_BATCH, _batch_columns([event]))
-                last_seqs = dict(await cur.fetchall())
-        return _assign_seqs([event], last_seqs)[0], True
+            return await self._repeatable(work)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -572,15 +559,6 @@ class PostgresRunEventStore(RunEventStore):
         return deleted
 
     # -- run summaries -----------------------------------------------------------------------
-
-    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        what = f"the summary of run {summary['run_id']!r} in thread {summary['thread_id']!r}"
-        with _refusing(what):
-            async with self._connection() as (_, cur):
-                await cur.execute(_UPSERT_SUMMARY, _summary_params(summary))
-                written = await cur.fetchone()
-        if written is None:
-            raise other_users_summary_error(summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
@@ -698,13 +676,17 @@ def _refusing(what: str) -> Iterator[None]:
         raise
 
 
-def _events_named(events: list[PendingEvent]) -> str:
-    """How an error names the events of a write."""
-    if len(events) == 1:
+def _write_named(write: Write) -> str:
+    """How an error names what a write holds."""
+    events, summaries = write.events, write.summaries
+    if len(events) == 1 and not summaries:
         e = events[0]
         return f"event {e.event_type!r} of run {e.run_id!r} in thread {e.thread_id!r}"
+    if not events and len(summaries) == 1:
+        s = summaries[0]
+        return f"the summary of run {s['run_id']!r} in thread {s['thread_id']!r}"
     threads = ", ".join(repr(t) for t in dict.fromkeys(e.thread_id for e in events))
-    return f"a batch of {len(events)} events (threads {threads})"
+    return f"a write of {len(events)} events (threads {threads}) and {len(summaries)} summaries"
 
 
 def _filters(
@@ -720,42 +702,25 @@ def _filters(
     return where, params
 
 
-def _text_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _batch_columns(events: list[PendingEvent]) -> list[list[Any]]:
-    rows = [
-        (
-            e.thread_id,
-            e.run_id,
-            e.event_type,
-            e.category,
-            e.content_json,
-            e.metadata_json,
-            e.created_at,
-            e.user_id,
-            _text_or_none(e.metadata.get("task_id")),
-            _text_or_none(e.metadata.get("caller")),
-        )
-        for e in events
-    ]
-    return [list(column) for column in zip(*rows, strict=True)]
+    """The events' columns, one list each: the arrays ``_INSERT_BATCH`` unnests."""
+    return [list(column) for column in zip(*(e.columns() for e in events), strict=True)]
 
 
 def _summary_params(summary: dict[str, Any]) -> tuple[Any, ...]:
     return summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)
 
 
-def _assign_seqs(events: list[PendingEvent], last_seqs: dict[str, int]) -> list[RunEvent]:
+def _seqs(events: list[PendingEvent], last_seqs: dict[str, int]) -> list[int]:
+    """The events' seqs, given each thread's last seq after the insert."""
     next_seq = dict(last_seqs)
     for event in events:
         next_seq[event.thread_id] -= 1
-    records = []
+    seqs = []
     for event in events:
-        next_seq[event.thread_id] += 1
-        records.append(event.record(next_seq[event.thread_id]))
-    return records
+        seq = next_seq[event.thread_id] = next_seq[event.thread_id] + 1
+        seqs.append(seq)
+    return seqs
 
 
 def _records(rows: Iterable[TupleRow]) -> list[RunEvent]:

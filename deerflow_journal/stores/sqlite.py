@@ -1,17 +1,17 @@
 """``SqliteRunEventStore``: the default backend, one SQLite file shared by many processes.
 
-Seq assignment lives in the database. A write takes SQLite's write lock (``BEGIN IMMEDIATE``,
-or the single statement of a one-event ``put``) before it reads each thread's counter in
-``run_thread_seq``, so concurrent writers in other processes queue on the busy timeout instead
-of reading the same counter; it then inserts its rows numbered on from that counter. A trigger
+Seq assignment lives in the database. A write takes SQLite's write lock (``BEGIN IMMEDIATE``)
+before it reads each thread's counter in ``run_thread_seq``, so concurrent writers in other
+processes queue on the busy timeout instead of reading the same counter; it then inserts its
+rows numbered on from that counter. A trigger
 moves the counter with every row and refuses a row whose seq does not follow it, so seq stays
 unique, gap-free and never reused (deletes leave the counter alone), whoever writes. Triggers
 also keep per-thread, per-user message counts, so ``count_messages`` does not grow with the
 thread.
 
-Each operation (an append, a journal write of events and run summaries, a delete, a migration)
-is one generator of statements, all or nothing. The store's own connection is a plain
-``sqlite3`` connection on a thread of its own, where an operation is one call (one round trip)
+Each operation (a write of events and run summaries, a delete, a migration) is one generator
+of statements, all or nothing. The store's own connection is a plain ``sqlite3`` connection on
+a thread of its own, where an operation is one call (one round trip)
 that runs to its end even if its caller is cancelled; nothing there ever calls back into an
 event loop that has closed. A caller's ``aiosqlite`` connection gets the same statements one by
 one through aiosqlite's public calls, in a task that runs to its end, one operation at a time.
@@ -55,10 +55,11 @@ from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
     BATCH_IDS_KEPT,
     EventQuery,
-    JournalBatch,
     MessagePage,
     RunEventStore,
     Statements,
+    Write,
+    Written,
     run_statements,
 )
 from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
@@ -93,12 +94,6 @@ _AI_TYPES = ", ".join(f"'{t}'" for t in AI_RESPONSE_EVENT_TYPES)
 # is_middleware_caller in SQL: GLOB is case-sensitive, as startswith is, and the prefix holds
 # no wildcard.
 _NOT_MIDDLEWARE = f"(caller IS NULL OR caller NOT GLOB '{MIDDLEWARE_EVENT_PATTERN.prefix}*')"
-# One event in one statement, numbered in SQL: its own transaction, with no BEGIN or COMMIT.
-_APPEND_ONE_SQL = (
-    f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES ("
-    "coalesce((SELECT last_seq FROM run_thread_seq WHERE thread_id = ?1), 0) + 1, "
-    f"{', '.join(f'?{i}' for i in range(1, _PARAMS_PER_EVENT + 1))}) RETURNING seq"
-)
 # Another user's summary is left alone: the statement then changes (and returns) no row.
 _UPSERT_SUMMARY = (
     "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
@@ -230,16 +225,9 @@ class SqliteRunEventStore(RunEventStore):
 
     # -- writes ------------------------------------------------------------------------------
 
-    def _append(self, events: list[PendingEvent]) -> Awaitable[list[RunEvent]]:
+    def _write(self, write: Write) -> Awaitable[Written]:
         # On the store's own connection a future, which the caller can shield without a task.
-        return self._run(_insert_events(events))
-
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
-        events, summaries, batch_id = batch.events, batch.summaries, batch.batch_id
-        return await self._run(_write_transaction(_journal_batch(events, summaries, batch_id)))
-
-    async def _append_if_absent(self, event: PendingEvent) -> tuple[RunEvent, bool]:
-        return await self._run(_write_transaction(_insert_if_absent(event)))
+        return self._run(_write_transaction(_written(write)))
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         where, params = "thread_id = ?", [thread_id]
@@ -324,10 +312,6 @@ class SqliteRunEventStore(RunEventStore):
         return int(rows[0][0])
 
     # -- run summaries -----------------------------------------------------------------------
-
-    async def _put_run_summary(self, summary: dict[str, Any]) -> None:
-        if not await self._run(_statement(_UPSERT_SUMMARY, _summary_params(summary))):
-            raise other_users_summary_error(summary)
 
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
@@ -599,40 +583,24 @@ def _write_transaction(body: Statements[T]) -> Statements[T]:
     return result
 
 
-def _insert_events(events: list[PendingEvent]) -> Statements[list[RunEvent]]:
-    """Append ``events``; their records."""
-    if len(events) == 1:  # one statement, its own transaction
-        ((seq,),) = yield _APPEND_ONE_SQL, _row(events[0])
-        return [events[0].record(seq)]
-    seqs = yield from _write_transaction(_insert_numbered(events))
-    return [event.record(seq) for event, seq in zip(events, seqs, strict=True)]
-
-
-def _journal_batch(
-    events: list[PendingEvent], summaries: list[dict[str, Any]], batch_id: str | None
-) -> Statements[bool]:
-    """Append ``events`` and upsert ``summaries``, unless ``batch_id`` was written already:
-    False then (in a write transaction)."""
-    if batch_id is not None:
-        recorded = yield _RECORD_BATCH, (batch_id,)
+def _written(write: Write) -> Statements[Written]:
+    """Store ``write`` (in a write transaction)."""
+    if write.batch_id is not None:
+        recorded = yield _RECORD_BATCH, (write.batch_id,)
         if not recorded:
-            return False
+            return Written([], repeated=True)
         yield _FORGET_OLD_BATCHES, (recorded[0][0] - BATCH_IDS_KEPT,)
-    yield from _insert_numbered(events)
-    for summary in summaries:
+    if write.if_absent:
+        (event,) = write.events
+        key = (event.thread_id, event.run_id, event.event_type, event.user_id)
+        found = yield _FIRST_OF_TYPE_SQL, key
+        if found:
+            return Written([], found=_records(found)[0])
+    seqs = yield from _insert_numbered(write.events)
+    for summary in write.summaries:
         if not (yield _UPSERT_SUMMARY, _summary_params(summary)):
             raise other_users_summary_error(summary)
-    return True
-
-
-def _insert_if_absent(event: PendingEvent) -> Statements[tuple[RunEvent, bool]]:
-    """Append ``event`` unless its run has one of its type and user (in a write transaction)."""
-    key = (event.thread_id, event.run_id, event.event_type, event.user_id)
-    found = yield _FIRST_OF_TYPE_SQL, key
-    if found:
-        return _records(found)[0], False
-    (seq,) = yield from _insert_numbered([event])
-    return event.record(seq), True
+    return Written(seqs)
 
 
 def _delete_rows(thread_id: str, where: str, params: list[Any]) -> Statements[int]:
@@ -679,30 +647,12 @@ def _insert_numbered(events: list[PendingEvent]) -> Statements[list[int]]:
 
 
 def _numbered_params(events: Iterable[PendingEvent], seqs: Iterable[int]) -> list[Any]:
-    """Each event's seq, then its ``_row`` values: the parameters of ``_insert_numbered_sql``."""
+    """Each event's seq, then its columns: the parameters of ``_insert_numbered_sql``."""
     params: list[Any] = []
     for event, seq in zip(events, seqs, strict=True):
         params.append(seq)
-        params += _row(event)
+        params += event.columns()
     return params
-
-
-def _row(e: PendingEvent) -> tuple[Any, ...]:
-    """An event's values in ``_BATCH_COLUMNS`` order."""
-    task_id = e.metadata.get("task_id")
-    caller = e.metadata.get("caller")
-    return (
-        e.thread_id,
-        e.run_id,
-        e.event_type,
-        e.category,
-        e.content_json,
-        e.metadata_json,
-        e.created_at,
-        e.user_id,
-        task_id if isinstance(task_id, str) else None,
-        caller if isinstance(caller, str) else None,
-    )
 
 
 def _summary_params(summary: dict[str, Any]) -> tuple[Any, ...]:

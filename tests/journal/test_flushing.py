@@ -26,7 +26,7 @@ from deerflow_journal import (
     user_scope,
 )
 from deerflow_journal.journal.writer import JournalWriter
-from deerflow_journal.stores.base import JournalBatch
+from deerflow_journal.stores.base import Write, Written
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,12 +41,12 @@ class FlakyStore(MemoryRunEventStore):
         self.batches = 0
         self.failures = 0
 
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+    async def _write(self, batch: Write) -> Written:
         self.batches += 1
         if self.every and self.batches % self.every == 0:
             self.failures += 1
             raise ConnectionError(f"injected failure of batch {self.batches}")
-        return await super()._append_with_summaries(batch)
+        return await super()._write(batch)
 
 
 class GatedStore(MemoryRunEventStore):
@@ -58,12 +58,12 @@ class GatedStore(MemoryRunEventStore):
         self.active = 0
         self.max_active = 0
 
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+    async def _write(self, batch: Write) -> Written:
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
             await self.gate.wait()
-            return await super()._append_with_summaries(batch)
+            return await super()._write(batch)
         finally:
             self.active -= 1
 
@@ -283,10 +283,10 @@ class HungStore(MemoryRunEventStore):
 
     hung = True
 
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+    async def _write(self, batch: Write) -> Written:
         while self.hung:
             await asyncio.sleep(0.01)
-        return await super()._append_with_summaries(batch)
+        return await super()._write(batch)
 
 
 def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog, monkeypatch):
@@ -556,7 +556,7 @@ from langchain_core.messages import HumanMessage
 from deerflow_journal import RunJournal, SqliteRunEventStore
 from tests.journal.agents import agent_graph, ai, scripted
 
-write = SqliteRunEventStore._append_with_summaries
+write = SqliteRunEventStore._write
 
 
 async def slow_write(self, batch):
@@ -564,7 +564,7 @@ async def slow_write(self, batch):
     return await write(self, batch)
 
 
-SqliteRunEventStore._append_with_summaries = slow_write
+SqliteRunEventStore._write = slow_write
 journal = RunJournal(thread_id="owned")  # opens the default SQLite store itself
 
 
@@ -636,10 +636,10 @@ class CallingBackStore(MemoryRunEventStore):
         self.other: tuple[RunJournal, uuid.UUID] | None = None
         self.called_back = False
 
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+    async def _write(self, batch: Write) -> Written:
         while self.called_back and self.hung:
             await asyncio.sleep(0.01)
-        written = await super()._append_with_summaries(batch)
+        written = await super()._write(batch)
         if self.other is not None and any(e.event_type == "run.end" for e in batch.events):
             self.called_back = True
             tool_result(*self.other, 99)

@@ -16,7 +16,7 @@ import pytest
 from langchain_core.tools import tool
 
 from deerflow_journal import EventRefused, RunEventStore, RunJournal
-from deerflow_journal.stores.base import JournalBatch
+from deerflow_journal.stores.base import Write, Written
 from tests.backends import PostgresBackend
 from tests.journal.agents import (
     ONE_TOOL_CALL_SEQUENCE,
@@ -28,7 +28,7 @@ from tests.journal.agents import (
     stored,
 )
 
-Write = Callable[..., Awaitable[bool]]
+RealWrite = Callable[..., Awaitable[Written]]
 
 
 @tool
@@ -43,25 +43,32 @@ def fetching_graph() -> Any:
     )
 
 
-def wrap_writes(store: RunEventStore, wrapper: Callable[[Write, Any, Any, Any], Awaitable[bool]]):
-    """Route the store's journal writes through ``wrapper(real_write, events, summaries, id)``:
-    the real backend writes, the wrapper adds the fault."""
-    real = store._append_with_summaries
+Wrapper = Callable[[RealWrite, Any, Any, Any], Awaitable[Written]]
 
-    async def write(batch: JournalBatch) -> bool:
-        def real_write(events: Any, summaries: Any, batch_id: Any) -> Awaitable[bool]:
-            return real(JournalBatch(events, summaries, batch_id))
+
+def wrap_writes(store: RunEventStore, wrapper: Wrapper) -> None:
+    """Route the store's journal writes (those with a batch id) through
+    ``wrapper(real_write, events, summaries, id)``: the real backend writes, the wrapper adds
+    the fault."""
+    real = store._write
+
+    async def write(batch: Write) -> Written:
+        if batch.batch_id is None:
+            return await real(batch)
+
+        def real_write(events: Any, summaries: Any, batch_id: Any) -> Awaitable[Written]:
+            return real(Write(events, summaries, batch_id))
 
         return await wrapper(real_write, batch.events, batch.summaries, batch.batch_id)
 
-    store._append_with_summaries = write  # type: ignore[method-assign]
+    store._write = write  # type: ignore[method-assign]
 
 
-def refusing(word: str) -> Callable[[Write, Any, Any, Any], Awaitable[bool]]:
+def refusing(word: str) -> Wrapper:
     """A store that refuses, as a database refuses a row, every batch holding a message with
     ``word`` (as an index on message content would)."""
 
-    async def wrapper(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+    async def wrapper(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
         if any(e.category == "message" and word in e.content_json for e in events):
             raise EventRefused(f"no {word!r} here")
         return await real(events, summaries, batch_id)
@@ -91,7 +98,7 @@ async def test_an_event_its_store_refuses_is_dropped_alone_and_counted(store, ca
 async def test_a_failing_store_is_retried_and_nothing_is_dropped(store, caplog):
     failures = [ConnectionError("server closed the connection"), ValueError("pool is closing")]
 
-    async def flaky(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+    async def flaky(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
         if failures:
             raise failures.pop(0)
         return await real(events, summaries, batch_id)
@@ -115,7 +122,9 @@ async def test_a_failing_store_is_retried_and_nothing_is_dropped(store, caplog):
 async def test_a_batch_whose_answer_was_lost_after_its_commit_is_written_once(store):
     lost = [True]
 
-    async def commit_then_drop(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+    async def commit_then_drop(
+        real: RealWrite, events: Any, summaries: Any, batch_id: Any
+    ) -> Written:
         written = await real(events, summaries, batch_id)
         if lost and events:
             lost.pop()
@@ -139,7 +148,9 @@ async def test_a_batch_whose_answer_was_lost_after_its_commit_is_written_once(st
 
 
 async def test_a_summary_its_store_refuses_is_dropped_and_the_events_are_written(store, caplog):
-    async def refuse_summaries(real: Write, events: Any, summaries: Any, batch_id: Any) -> bool:
+    async def refuse_summaries(
+        real: RealWrite, events: Any, summaries: Any, batch_id: Any
+    ) -> Written:
         if summaries:
             raise EventRefused("summary too large")
         return await real(events, summaries, batch_id)

@@ -6,7 +6,7 @@ import asyncio
 
 from deerflow_journal import MemoryRunEventStore, RunJournal
 from deerflow_journal.journal.loops import background_loop
-from deerflow_journal.stores.base import JournalBatch
+from deerflow_journal.stores.base import Write, Written
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
 ANSWER_SEQUENCE = ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
@@ -19,9 +19,9 @@ class LoopRecordingStore(MemoryRunEventStore):
         super().__init__()
         self.loops: list[asyncio.AbstractEventLoop] = []
 
-    async def _append_with_summaries(self, batch: JournalBatch) -> bool:
+    async def _write(self, write: Write) -> Written:
         self.loops.append(asyncio.get_running_loop())
-        return await super()._append_with_summaries(batch)
+        return await super()._write(write)
 
 
 async def test_invoke_in_a_worker_thread_writes_on_the_loop_the_store_was_set_up_on():
