@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -99,6 +100,20 @@ class Floor:
         await self.db.close()
 
 
+class EncodeFloor:
+    """The least any store does per event: encode content and metadata, keep the row."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+
+    async def put_batch(self, events: list[dict[str, Any]]) -> None:
+        append = self.rows.append
+        for e in events:
+            content = orjson.dumps(e["content"]).decode()
+            metadata = orjson.dumps(e.get("metadata") or {}).decode()
+            append((e["thread_id"], e["run_id"], e["event_type"], e["category"], content, metadata))
+
+
 def candidate_stores(tmp: Path) -> dict[str, Callable[[], RunEventStore]]:
     """The backends this checkout has, each on a fresh location under ``tmp``."""
     stores: dict[str, Callable[[], RunEventStore]] = {"memory": MemoryRunEventStore}
@@ -116,7 +131,10 @@ async def write_rate(store: Any, events: list[dict[str, Any]], batch: int) -> fl
     start = time.perf_counter()
     if batch == 1:
         for event in events:
-            await store.put_batch([event]) if isinstance(store, Floor) else await store.put(**event)
+            if isinstance(store, Floor | EncodeFloor):
+                await store.put_batch([event])
+            else:
+                await store.put(**event)
     else:
         for i in range(0, len(events), batch):
             await store.put_batch(events[i : i + batch])
@@ -144,13 +162,26 @@ async def bench_writes(tmp: Path, count: int, singles: int, rounds: int) -> None
         size = -(-len(events) // rounds)
         for start in range(0, len(events), size):
             chunk = events[start : start + size]
-            for name, writer in {"floor": floor, **stores}.items():
+            writers = {"floor": floor, "encode": EncodeFloor(), **stores}
+            for name, writer in writers.items():
                 rate = await write_rate(writer, chunk, batch)
                 rates.setdefault((name, workload), []).append(rate)
     await floor.close()
     for store in stores.values():
         await store.close()
     for workload in workloads:
+        encode_rates = rates[("encode", workload)]
+        encode_us = 1e6 / statistics.median(encode_rates)
+        line(f"write floor encode-and-append {workload}", encode_us, "µs/event")
+        for name in stores:
+            mine = rates[(name, workload)]
+            ratio = statistics.median(f / m for m, f in zip(mine, encode_rates, strict=True))
+            line(
+                f"write {name} {workload} per event",
+                1e6 / statistics.median(mine),
+                "µs/event",
+                f"{ratio:.1f}x encode-and-append floor",
+            )
         floor_rates = rates[("floor", workload)]
         line(f"write floor aiosqlite {workload}", statistics.median(floor_rates), "events/s")
         for name in stores:

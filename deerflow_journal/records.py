@@ -343,6 +343,9 @@ class PendingEvent:
     metadata_json: str
     created_at: str
     user_id: str | None
+    #: ``metadata.task_id`` and ``metadata.caller`` when they are text: stores index them.
+    task_id: str | None = None
+    caller: str | None = None
 
     @property
     def content(self) -> Any:
@@ -350,10 +353,7 @@ class PendingEvent:
         return orjson.loads(self.content_json)
 
     def columns(self) -> tuple[Any, ...]:
-        """The row every backend stores: the fields, then the indexed ``task_id`` and
-        ``caller`` from metadata (``None`` unless text)."""
-        task_id = self.metadata.get("task_id")
-        caller = self.metadata.get("caller")
+        """The row the SQL backends store, in their ``INSERT``'s column order."""
         return (
             self.thread_id,
             self.run_id,
@@ -363,8 +363,8 @@ class PendingEvent:
             self.metadata_json,
             self.created_at,
             self.user_id,
-            task_id if type(task_id) is str else None,
-            caller if type(caller) is str else None,
+            self.task_id,
+            self.caller,
         )
 
     def record(self, seq: int) -> RunEvent:
@@ -443,7 +443,9 @@ def normalise_event(
             _too_long(content_json, metadata_json, where)
         metadata = orjson.loads(metadata_json)
         task_id = metadata.get("task_id")
-        if isinstance(task_id, str) and len(task_id) > ID_MAX_LENGTH:
+        if type(task_id) is not str:
+            task_id = None
+        elif len(task_id) > ID_MAX_LENGTH:
             # Stores index it: PostgreSQL refuses an index entry over about 2.7 kB.
             raise EventRefused(
                 f"{where}metadata.task_id must be at most {ID_MAX_LENGTH} characters, "
@@ -462,6 +464,8 @@ def normalise_event(
             if now is not None and created_at is None
             else normalise_created_at(created_at, f"{where}created_at"),
             user_id,
+            task_id,
+            caller if type(caller := metadata.get("caller")) is str else None,
         )
     except EventRefused:
         raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from collections.abc import Iterable
 from typing import Any
@@ -32,10 +33,8 @@ __all__ = ["MemoryRunEventStore"]
 # A stored event: a plain tuple of strings and ints, which the garbage collector stops
 # tracking, so a store holding many events adds nothing to collection pauses. task_id and
 # caller are taken at write time, when they are strings, for the queries that filter on them.
-_Row = tuple[int, str, str, str, str, str, str, str, "str | None", Any, Any]
-_SEQ, _THREAD, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(
-    11
-)
+_Row = tuple[int, str, str, str, str, str, str, "str | None", Any, Any]
+_SEQ, _RUN, _TYPE, _CATEGORY, _CONTENT, _METADATA, _CREATED, _USER, _TASK, _CALLER = range(10)
 _FIELDS: RowFields[_Row] = RowFields(
     event_type=operator.itemgetter(_TYPE),
     user_id=operator.itemgetter(_USER),
@@ -115,16 +114,40 @@ class MemoryRunEventStore(RunEventStore):
             thread = self._threads[thread_id] = _Thread(thread_id)
         return thread
 
-    # No await in the write hook: each write is atomic on the event loop.
+    # No await in a write: each is atomic on the event loop.
 
     def _add(self, event: PendingEvent) -> int:
         thread = self._thread(event.thread_id)
         seq = thread.last_seq = thread.last_seq + 1
-        thread.add((seq, *event.columns()))
+        # Not columns(): the thread id is the key of the rows, not one of their fields.
+        e = event
+        thread.add(
+            (
+                seq,
+                e.run_id,
+                e.event_type,
+                e.category,
+                e.content_json,
+                e.metadata_json,
+                e.created_at,
+                e.user_id,
+                e.task_id,
+                e.caller,
+            )
+        )
         self._activity.added(event.thread_id, event.run_id, event.user_id, seq, event.created_at)
         return seq
 
-    async def _write(self, write: Write) -> Written:
+    def _write(self, write: Write) -> asyncio.Future[Written]:
+        # Done before it returns: the caller awaits it without a task or a turn of the loop.
+        future: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(self._write_now(write))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+    def _write_now(self, write: Write) -> Written:
         if write.batch_id in self._batch_ids:
             return Written([], repeated=True)
         if write.if_absent:

@@ -1,9 +1,9 @@
 """``SqliteRunEventStore``: the default backend, one SQLite file shared by many processes.
 
-Seq assignment lives in the database. A write takes SQLite's write lock (``BEGIN IMMEDIATE``)
-before it reads each thread's counter in ``run_thread_seq``, so concurrent writers in other
-processes queue on the busy timeout instead of reading the same counter; it then inserts its
-rows numbered on from that counter. A trigger
+Seq assignment lives in the database. A write takes SQLite's write lock (``BEGIN IMMEDIATE``,
+or the single statement of a one-event ``put``) before it reads each thread's counter in
+``run_thread_seq``, so concurrent writers in other processes queue on the busy timeout instead
+of reading the same counter; it then inserts its rows numbered on from that counter. A trigger
 moves the counter with every row and refuses a row whose seq does not follow it, so seq stays
 unique, gap-free and never reused (deletes leave the counter alone), whoever writes. Triggers
 also keep per-thread, per-user message counts, so ``count_messages`` does not grow with the
@@ -94,6 +94,13 @@ _AI_TYPES = ", ".join(f"'{t}'" for t in AI_RESPONSE_EVENT_TYPES)
 # is_middleware_caller in SQL: GLOB is case-sensitive, as startswith is, and the prefix holds
 # no wildcard.
 _NOT_MIDDLEWARE = f"(caller IS NULL OR caller NOT GLOB '{MIDDLEWARE_EVENT_PATTERN.prefix}*')"
+# One event in one statement, numbered in SQL: its own transaction, with no BEGIN or COMMIT
+# (a quarter of the instructions of a transaction around it).
+_APPEND_ONE_SQL = (
+    f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES ("
+    "coalesce((SELECT last_seq FROM run_thread_seq WHERE thread_id = ?1), 0) + 1, "
+    f"{', '.join(f'?{i}' for i in range(1, _PARAMS_PER_EVENT + 1))}) RETURNING seq"
+)
 # Another user's summary is left alone: the statement then changes (and returns) no row.
 _UPSERT_SUMMARY = (
     "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) VALUES (?, ?, ?, ?) "
@@ -227,6 +234,8 @@ class SqliteRunEventStore(RunEventStore):
 
     def _write(self, write: Write) -> Awaitable[Written]:
         # On the store's own connection a future, which the caller can shield without a task.
+        if len(write.events) == 1 and not (write.summaries or write.batch_id or write.if_absent):
+            return self._run(_append_one(write.events[0]))
         return self._run(_write_transaction(_written(write)))
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
@@ -581,6 +590,12 @@ def _write_transaction(body: Statements[T]) -> Statements[T]:
     result = yield from body
     yield "COMMIT", ()
     return result
+
+
+def _append_one(event: PendingEvent) -> Statements[Written]:
+    """Append one event in one statement."""
+    ((seq,),) = yield _APPEND_ONE_SQL, event.columns()
+    return Written([seq])
 
 
 def _written(write: Write) -> Statements[Written]:
