@@ -222,3 +222,29 @@ def test_a_row_appears_while_another_process_writes_to_the_run(served: Served, p
     assert row.locator(".kind").inner_text() == "llm.human.input"
     assert page.locator("#timeline .row[data-seq]").count() == 2
     screenshot(page, "5-live")
+
+
+def test_tasks_diffs_and_an_interrupt_linked_to_its_resume(served: Served, page: Any):
+    page.goto(f"{served.base}/threads/tasks/runs/{served.ids['tasks']}")
+    tasks = page.locator("#timeline section.task")
+    assert tasks.locator("h3").all_inner_texts() == ["task t1", "task t2"]
+    assert tasks.nth(1).locator(".kind").all_inner_texts() == [
+        "subagent.start",
+        "subagent.step",
+        "subagent.end",
+    ]
+    screenshot(page, "6-subagent-tasks")
+    page.goto(f"{served.base}/threads/work/runs/{served.ids['work']}")
+    added = page.locator("pre.diff .diff-add")
+    assert "+new line" in added.all_inner_texts()
+    assert page.locator("pre.diff .diff-del").all_inner_texts() == ["-old line"]
+    screenshot(page, "7-workspace-diff")
+    paused, resumed = served.ids["hitl"]
+    page.goto(f"{served.base}/threads/hitl/runs/{paused}")
+    page.click("a.other-run")
+    page.wait_for_url(f"**/threads/hitl/runs/{resumed}#e-*")
+    assert page.locator(".row:target .kind").inner_text() == "run.resume"
+    page.click(".row:target a.other-run")
+    page.wait_for_url(f"**/threads/hitl/runs/{paused}#e-*")
+    assert page.locator(".row:target .kind").inner_text() == "run.interrupt"
+    screenshot(page, "8-interrupt")
