@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from deerflow_journal.summary import RunSummary
+from deerflow_journal.web import pages
 from tests.web.conftest import Viewer
 from tests.web.journals import XSS_AI
 
@@ -103,3 +105,19 @@ async def test_unknown_threads_and_runs_are_404_pages(viewer: Viewer):
     assert "the journal has no thread" in await page(viewer, "/threads/nowhere", 404)
     text = await page(viewer, "/threads/weather/runs/nope", 404)
     assert "thread &#39;weather&#39; has no run &#39;nope&#39;" in text
+
+
+def test_the_runs_page_shows_a_cost_column_when_summaries_carry_a_cost():
+    class CostedSummary(RunSummary):  # a summary of a version that prices its tokens
+        cost_usd: float | None = None
+
+    runs = [
+        CostedSummary(thread_id="t", run_id="r2", status="success", cost_usd=0.0015),
+        CostedSummary(thread_id="t", run_id="r1", status="success"),
+    ]
+    text = pages._env.get_template("runs.html").render(
+        root="", user=None, thread_id="t", runs=runs, with_cost=True, following=None, paged=None
+    )
+    assert "cost (USD)" in text
+    assert re.findall(r'<td class="num cost">([^<]*)</td>', text) == ["0.0015", "-"]
+    assert pages._cost(runs[1]) is None and pages._cost(runs[0]) == 0.0015
