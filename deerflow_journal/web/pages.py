@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from deerflow_journal.catalog import RUN_INTERRUPT_EVENT, RUN_RESUME_EVENT
 from deerflow_journal.summary import RunSummary
 from deerflow_journal.timeline import render_summary
 from deerflow_journal.web import params, timeline_view
@@ -23,6 +24,7 @@ __all__ = ["MAX_TIMELINE_EVENTS", "error_page", "routes"]
 #: Events a timeline page shows at most; the JSON API pages through longer runs.
 MAX_TIMELINE_EVENTS = 5000
 _PAGE = 50  # threads or runs per page
+_PAUSES = frozenset({RUN_INTERRUPT_EVENT.event_type, RUN_RESUME_EVENT.event_type})
 
 _env = Environment(
     loader=PackageLoader("deerflow_journal.web", "templates"),
@@ -98,7 +100,13 @@ async def runs_page(request: Request) -> Response:
     )
 
 
-async def _timeline(request: Request) -> tuple[str, str, list[timeline_view.Item], bool]:
+async def _timeline(
+    request: Request, after_seq: int = 0
+) -> tuple[str, str, list[timeline_view.Item], bool]:
+    """The run's timeline items (the first ``MAX_TIMELINE_EVENTS``) and whether it was cut.
+
+    Links to other runs are looked up only when an item after ``after_seq`` can have one.
+    """
     thread_id = params.path(request.path_params, "thread_id")
     run_id = params.path(request.path_params, "run_id")
     read = reader(request)
@@ -106,9 +114,10 @@ async def _timeline(request: Request) -> tuple[str, str, list[timeline_view.Item
     if not events:
         await read.check_run(thread_id, run_id)
     cut = len(events) > MAX_TIMELINE_EVENTS
-    pauses = await read.pauses(thread_id, run_id)
-    made = timeline_view.items(events[:MAX_TIMELINE_EVENTS], pauses)
-    return thread_id, run_id, made, cut
+    events = events[:MAX_TIMELINE_EVENTS]
+    pausing = any(e["seq"] > after_seq and e["event_type"] in _PAUSES for e in events)
+    pauses = await read.pauses(thread_id, run_id) if pausing else None
+    return thread_id, run_id, timeline_view.items(events, pauses), cut
 
 
 def _finished(summary: RunSummary | None) -> bool:
@@ -141,7 +150,7 @@ async def live_rows(request: Request) -> Response:
     as HTML pieces, and whether the run has finished (the page stops asking then)."""
     after = params.count(request.query_params, "after_seq") or 0
     try:
-        thread_id, run_id, made, cut = await _timeline(request)
+        thread_id, run_id, made, cut = await _timeline(request, after)
     except NotFound:
         made, cut = [], False  # not written yet: the page waits for its first event
         thread_id = params.path(request.path_params, "thread_id")

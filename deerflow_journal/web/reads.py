@@ -28,7 +28,7 @@ class MessagePage:
     """A page of a thread's visible messages, and the ``before_seq`` of the page before it."""
 
     messages: list[RunEvent]
-    #: Whether the store holds older message rows than this page.
+    #: Whether an older page may exist: this one was full (the store's paging says no more).
     has_more: bool
     #: Pass as ``before_seq`` for the older page (``None`` when there is none).
     before_seq: int | None
