@@ -199,29 +199,51 @@ def test_stored_html_renders_as_text_and_runs_nothing(served: Served, page: Any)
     screenshot(page, "4-escaped")
 
 
-def test_a_row_appears_while_another_process_writes_to_the_run(served: Served, page: Any):
-    page.goto(f"{served.base}/threads/{LIVE_THREAD}/runs/{LIVE_RUN}")
-    assert page.locator("#timeline").get_attribute("data-live") == "1"
-    assert page.locator("#timeline .row[data-seq]").count() == 1
-    writer = (
-        "import sys\n"
-        "from deerflow_journal import RunSummary, open_sync_store\n"
-        "with open_sync_store(sys.argv[1]) as store:\n"
-        "    store.put(thread_id='live', run_id='live-run', event_type='llm.human.input',\n"
-        "              category='message', content={'type': 'human',\n"
-        "              'content': 'written by another process'})\n"
-    )
+WRITER = """
+import sys
+from deerflow_journal import RunSummary, open_sync_store
+step = sys.argv[2]
+with open_sync_store(sys.argv[1]) as store:
+    if step == "message":
+        store.put(thread_id="live", run_id="live-run", event_type="llm.human.input",
+                  category="message",
+                  content={"type": "human", "content": "written by another process"})
+    else:
+        store.put(thread_id="live", run_id="live-run", event_type="subagent.start",
+                  category="subagent", content={"task_id": "t9", "description": "late task"},
+                  metadata={"task_id": "t9"})
+        store.put_run_summary(RunSummary(thread_id="live", run_id="live-run", status="success"))
+"""
+
+
+def write_from_another_process(url: str, step: str) -> None:
     subprocess.run(
-        [sys.executable, "-c", writer, served.url],
+        [sys.executable, "-c", WRITER, url, step],
         check=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=HANG_GUARD,
     )
+
+
+def test_a_row_appears_while_another_process_writes_to_the_run(served: Served, page: Any):
+    page.goto(f"{served.base}/threads/{LIVE_THREAD}/runs/{LIVE_RUN}")
+    assert page.locator("#timeline").get_attribute("data-live") == "1"
+    assert page.locator("#timeline .row[data-seq]").count() == 1
+    write_from_another_process(served.url, "message")
     row = page.locator("#timeline .row", has_text="written by another process")
     row.wait_for()
     assert row.locator(".kind").inner_text() == "llm.human.input"
     assert page.locator("#timeline .row[data-seq]").count() == 2
     screenshot(page, "5-live")
+    # A new task gets its group; the run's summary ends the polling.
+    write_from_another_process(served.url, "task-and-summary")
+    task = page.locator("#timeline section.task")
+    task.wait_for()
+    assert task.locator("h3").inner_text() == "task t9"
+    assert task.locator(".kind").all_inner_texts() == ["subagent.start"]
+    page.wait_for_function(
+        "() => document.getElementById('live-status').textContent.includes('finished')"
+    )
 
 
 def test_tasks_diffs_and_an_interrupt_linked_to_its_resume(served: Served, page: Any):
