@@ -17,7 +17,6 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount
@@ -69,6 +68,33 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header, without its port (``[::1]:8765`` -> ``[::1]``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    return header.split(":", 1)[0]
+
+
+class AllowedHosts:
+    """Answers 400 to a request whose ``Host`` is not one of ``hosts`` (IPv6 in brackets)."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(
+            host_name(h if ":" not in h or h[0] == "[" else f"[{h}]") for h in hosts
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = dict(scope["headers"])
+            if host_name(headers.get(b"host", b"").decode("latin-1")) not in self.hosts:
+                response = Response("Invalid host header", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _wants_json(request: Request) -> bool:
@@ -143,7 +169,7 @@ def create_app(
 
     middleware = [Middleware(SecurityHeaders)]
     if allowed_hosts is not None:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+        middleware.append(Middleware(AllowedHosts, hosts=list(allowed_hosts)))
     app = Starlette(
         routes=[
             *api.routes(),

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from deerflow_journal import latest_workspace_changes, open_store, visible_messages
 from deerflow_journal.web import CONTENT_SECURITY_POLICY, create_app
 from deerflow_journal.web.params import MAX_LIMIT
+from deerflow_journal.web.serve import LOOPBACK_NAMES
 from tests.web.conftest import Viewer, client_of
 from tests.web.journals import tool_run
 
@@ -271,8 +272,10 @@ def test_a_loopback_server_answers_only_requests_for_this_machine(tmp_path):
             pass
 
     asyncio.run(create())
-    app = create_app(url, allowed_hosts=["127.0.0.1"])
-    with TestClient(app, base_url="http://attacker.example") as client:
-        assert client.get("/api/threads").status_code == 400
-    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
-        assert client.get("/api/threads").json() == {"threads": [], "next": None}
+    app = create_app(url, allowed_hosts=LOOPBACK_NAMES)
+    for host in ("attacker.example", "attacker.example:8765", "127.0.0.1.attacker.example"):
+        with TestClient(app, base_url=f"http://{host}") as client:
+            assert client.get("/api/threads").status_code == 400, host
+    for host in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765", "LOCALHOST"):
+        with TestClient(app, base_url=f"http://{host}") as client:
+            assert client.get("/api/threads").json() == {"threads": [], "next": None}, host

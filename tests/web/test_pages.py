@@ -121,3 +121,30 @@ def test_the_runs_page_shows_a_cost_column_when_summaries_carry_a_cost():
     assert "cost (USD)" in text
     assert re.findall(r'<td class="num cost">([^<]*)</td>', text) == ["0.0015", "-"]
     assert pages._cost(runs[1]) is None and pages._cost(runs[0]) == 0.0015
+
+
+async def test_the_threads_and_runs_pages_page_through_everything(viewer: Viewer, monkeypatch):
+    monkeypatch.setattr(pages, "_PAGE", 2)
+    listed, path = [], "/"
+    while True:
+        text = await page(viewer, path)
+        listed += re.findall(r'class="thread" href="/threads/([^"]+)"', text)
+        older = re.search(r'class="older" href="([^"]+)"', text)
+        if older is None:
+            break
+        path = older.group(1).replace("&amp;", "&")
+    assert listed == [t.thread_id for t in await viewer.store.list_threads()]
+    first = await page(viewer, "/threads/weather")
+    older = re.search(r'class="older" href="([^"]+)"', first)
+    assert older is not None
+    second = await page(viewer, older.group(1))
+    link = r'class="run" href="/threads/weather/runs/([^"]+)"'
+    runs = [re.findall(link, t) for t in (first, second)]
+    assert runs == [viewer.ids["weather"][:0:-1], viewer.ids["weather"][:1]]
+
+
+async def test_a_long_run_shows_its_first_events_and_says_so(viewer: Viewer, monkeypatch):
+    monkeypatch.setattr(pages, "MAX_TIMELINE_EVENTS", 3)
+    text = await page(viewer, f"/threads/weather/runs/{viewer.ids['weather'][0]}")
+    assert len(re.findall(r'<div class="row depth', text)) == 3
+    assert "Showing the first 3 events" in text and 'data-live="0"' in text
