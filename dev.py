@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 #: The extras each command needs installed.
-EXTRAS = {"demo": (), "test": ("postgres", "test")}
+EXTRAS = {"demo": (), "test": ("postgres", "test", "ui")}
 
 
 def _venv_python() -> Path:

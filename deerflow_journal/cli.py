@@ -7,7 +7,9 @@ Commands read through ``SyncStore`` on a store opened ``read_only`` (``import`` 
 - ``summary THREAD RUN``: a run's summary; ``tail THREAD [--follow]``: a thread's latest
   events, and with ``--follow`` each new one as it lands, until Ctrl-C;
 - ``export THREAD [RUN]``: the thread's (or run's) events and run summaries as JSON lines;
-  ``import FILE|-``: such a file into the store ``--url`` names, seqs given by that store.
+  ``import FILE|-``: such a file into the store ``--url`` names, seqs given by that store;
+- ``serve``: the web viewer and its JSON API (extra ``ui``), read-only, on loopback unless
+  ``--expose`` says otherwise.
 
 ``--url`` defaults to ``$DEERFLOW_JOURNAL_URL``, then ``default_store_url()``. Lines fit the
 terminal (80 columns when output is not a terminal), colour only on a terminal and never with
@@ -49,7 +51,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from deerflow_journal.records import RunEvent, normalise_event
+from deerflow_journal.records import RunEvent, check_text, normalise_event
 from deerflow_journal.stores import STORE_URL_ENV, default_store_url
 from deerflow_journal.summary import RUN_STATUSES, RunSummary
 from deerflow_journal.sync import SyncStore, open_sync_store
@@ -669,6 +671,50 @@ def _write_export(store: SyncStore, path: str, total: int, out: _Out) -> tuple[i
     return written, len(summaries)
 
 
+# -- serve --------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace, out: _Out) -> None:
+    """``serve``: the web viewer on ``--host``:``--port`` until Ctrl-C."""
+    try:
+        from deerflow_journal.web import is_loopback, serve
+    except ImportError as exc:
+        raise CliError(
+            f"the web viewer needs its extra ({_first_line(exc)}): "
+            "pip install 'deerflow-journal[ui]'"
+        ) from None
+    if not is_loopback(args.host) and not args.expose:
+        raise CliError(
+            f"{args.host} is not a loopback address and the viewer has no login: pass --expose "
+            "to serve the journal to everyone who can reach it there"
+        )
+    with opened(args.url):  # a bad URL or a missing journal fails here, in one line
+        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        serve(
+            args.url,
+            host=args.host,
+            port=args.port,
+            user_id=args.user,
+            expose=args.expose,
+            poll_interval=args.interval,
+        )
+
+
+def _port(text: str) -> int:
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be at most 65535, got {value}")
+    return value
+
+
+def _user(text: str) -> str:
+    try:
+        return check_text(text, "--user")
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 # -- the command line -----------------------------------------------------------------------
 
 
@@ -751,6 +797,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = command("import", cmd_import, "write an export into the store --url names")
     sub.add_argument("file", metavar="FILE|-", help="an export file, or - for standard input")
+
+    sub = command("serve", cmd_serve, "a read-only web viewer and JSON API (extra ui)")
+    sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sub.add_argument("--port", type=_port, default=8765, help="port (default 8765)")
+    sub.add_argument("--user", type=_user, help="show only this user's runs")
+    sub.add_argument(
+        "--expose", action="store_true", help="allow a --host that is not loopback (no login!)"
+    )
+    sub.add_argument(
+        "--interval", type=_seconds, default=1.0, help="seconds between live timeline polls"
+    )
     return parser
 
 

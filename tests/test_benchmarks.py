@@ -113,3 +113,20 @@ def test_the_store_benchmark_prints_every_browsing_figure():
                 assert f"browse {backend} 120 threads {figure} {page}" in done.stdout
                 assert f"browse {backend} {figure} {page}: 120 vs 60 threads = " in done.stdout
         assert f"browse {backend} show a 50-event run (read + render)" in done.stdout
+
+
+def test_the_serve_benchmark_prints_every_figure_against_the_direct_read():
+    tiny = ["--events", "1200", "--requests", "6", "--concurrency", "2"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_serve.py"), *tiny],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for page in ("events page of 500", "messages page of 50"):
+        assert f"{page}: direct" in done.stdout
+        assert f"{page}: HTTP, 2 clients" in done.stdout
+        (http,) = [line for line in done.stdout.splitlines() if f"{page}: HTTP, 1 client" in line]
+        assert "req/s" in http and "p99" in http and "x direct p50" in http

@@ -52,6 +52,15 @@ def test_wheel_ships_the_contract_and_py_typed(wheel):
     )
 
 
+def test_wheel_ships_the_viewers_templates_and_static_files(wheel):
+    names = set(wheel.namelist())
+    web = ROOT / "deerflow_journal" / "web"
+    shipped = [p for p in (*web.glob("templates/*.html"), *web.glob("static/*")) if p.is_file()]
+    assert len(shipped) >= 8
+    for path in shipped:
+        assert path.relative_to(ROOT).as_posix() in names
+
+
 def test_wheel_installs_the_deerflow_journal_command(wheel):
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
@@ -176,8 +185,9 @@ def test_dev_installs_the_test_extras_for_test_only_and_reinstalls_on_a_pyprojec
     install_spec = load_dev().install_spec
     assert install_spec("demo", "d1", "") == "."  # the package alone runs the demo
     assert install_spec("demo", "d1", "d1") is None
-    assert install_spec("test", "d1", "d1") == ".[postgres,test]"  # after a demo
-    assert install_spec("test", "d1", "d1 postgres test") is None
-    assert install_spec("demo", "d1", "d1 postgres test") is None  # the extras do no harm
-    assert install_spec("demo", "d2", "d1 postgres test") == "."
-    assert install_spec("test", "d2", "d1 postgres test") == ".[postgres,test]"
+    assert install_spec("test", "d1", "d1") == ".[postgres,test,ui]"  # after a demo
+    assert install_spec("test", "d1", "d1 postgres test ui") is None
+    assert install_spec("test", "d1", "d1 postgres test") == ".[postgres,test,ui]"  # a new extra
+    assert install_spec("demo", "d1", "d1 postgres test ui") is None  # the extras do no harm
+    assert install_spec("demo", "d2", "d1 postgres test ui") == "."
+    assert install_spec("test", "d2", "d1 postgres test ui") == ".[postgres,test,ui]"

@@ -1,0 +1,191 @@
+"""``create_app``: the viewer as a Starlette ASGI app over one read-only store.
+
+Every response carries a strict Content-Security-Policy (scripts and styles only from the
+app's own static files, no inline script, nothing from elsewhere): event payloads are model
+output, so the pages escape them and the browser would refuse to run anything that slipped
+through. Only GET (and HEAD) routes exist: the viewer never writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from deerflow_journal.records import check_text
+from deerflow_journal.stores import open_store
+from deerflow_journal.stores.base import RunEventStore
+from deerflow_journal.web import api, pages
+from deerflow_journal.web.params import ParamError
+from deerflow_journal.web.reads import NotFound, Reader
+
+__all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+
+#: Same-origin scripts, styles, images and fetches only; no inline script or style, no frames,
+#: no plugins, forms only back to the viewer.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_HEADERS = [
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+]
+
+
+class SecurityHeaders:
+    """Adds the security headers to every HTTP response (pages, API, static files, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header, without its port (``[::1]:8765`` -> ``[::1]``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    return header.split(":", 1)[0]
+
+
+class AllowedHosts:
+    """Answers 400 to a request whose ``Host`` is not one of ``hosts`` (IPv6 in brackets)."""
+
+    def __init__(self, app: ASGIApp, hosts: Sequence[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(
+            host_name(h if ":" not in h or h[0] == "[" else f"[{h}]") for h in hosts
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = dict(scope["headers"])
+            if host_name(headers.get(b"host", b"").decode("latin-1")) not in self.hosts:
+                response = Response("Invalid host header", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/")
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(request, 404, str(exc) if isinstance(exc, NotFound) else "no such page")
+
+
+async def _bad_param(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ParamError)
+    return _error(request, 422, str(exc), parameter=exc.name)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return _error(request, exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+def _error(
+    request: Request,
+    status: int,
+    message: str,
+    *,
+    parameter: str | None = None,
+    headers: Any = None,
+) -> Response:
+    if _wants_json(request):
+        body: dict[str, Any] = {"error": message, "status": status}
+        if parameter is not None:
+            body["parameter"] = parameter
+        return api.JSONResponse(body, status_code=status, headers=headers)
+    return pages.error_page(request, status, message, headers=headers)
+
+
+def create_app(
+    store: RunEventStore | str | None = None,
+    *,
+    user_id: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+    poll_interval: float = 1.0,
+) -> Starlette:
+    """The viewer over ``store``: a store URL (``None``: the default store) the app opens
+    read-only while it runs, or a read-only store the caller has set up and will close.
+
+    Args:
+        store: What to show.
+        user_id: Show only this user's rows (``None``: every user's).
+        allowed_hosts: ``Host`` headers accepted (``None``: any); a loopback server lists its
+            own names, so a web page elsewhere cannot reach it through DNS rebinding.
+        poll_interval: Seconds between a live timeline's checks for new events.
+    """
+    if user_id is not None:
+        check_text(user_id, "user_id")
+    if isinstance(store, RunEventStore) and not store.read_only:
+        raise ValueError(
+            "the viewer only reads: pass a store opened with read_only=True, or a store URL"
+        )
+    if not 0 < poll_interval <= 3600:
+        raise ValueError(f"poll_interval must be above 0 and at most 3600, got {poll_interval}")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if isinstance(store, RunEventStore):
+            app.state.reader = Reader(store, user_id)
+            yield
+            return
+        async with open_store(store, read_only=True) as opened:
+            app.state.reader = Reader(opened, user_id)
+            yield
+
+    middleware = [Middleware(SecurityHeaders)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(AllowedHosts, hosts=list(allowed_hosts)))
+    app = Starlette(
+        routes=[
+            *api.routes(),
+            *pages.routes(),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        middleware=middleware,
+        exception_handlers={
+            NotFound: _not_found,
+            ParamError: _bad_param,
+            HTTPException: _http_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.poll_interval = poll_interval
+    if isinstance(store, RunEventStore):
+        # Usable without the lifespan too (an in-process client that does not run it).
+        app.state.reader = Reader(store, user_id)
+    return app

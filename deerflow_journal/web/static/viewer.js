@@ -1,0 +1,64 @@
+// deerflow-journal viewer: keeps a running run's timeline up to date by polling for the rows
+// after the last one shown. Rows arrive as HTML the server escaped; nothing here evaluates
+// stored text.
+"use strict";
+
+(function () {
+  const timeline = document.getElementById("timeline");
+  if (!timeline || timeline.dataset.live !== "1") {
+    return;
+  }
+  const status = document.getElementById("live-status");
+  const url = timeline.dataset.liveUrl;
+  const interval = Number(timeline.dataset.intervalMs) || 1000;
+  let after = Number(timeline.dataset.afterSeq) || 0;
+
+  function taskSection(task) {
+    for (const section of timeline.querySelectorAll("section.task")) {
+      if (section.dataset.task === task) {
+        return section;
+      }
+    }
+    const section = document.createElement("section");
+    section.className = "task";
+    section.dataset.task = task;
+    const title = document.createElement("h3");
+    title.textContent = "task " + task;
+    section.appendChild(title);
+    timeline.appendChild(section);
+    return section;
+  }
+
+  function add(row) {
+    if (document.getElementById("e-" + row.seq)) {
+      return;
+    }
+    const where = row.task ? taskSection(row.task) : timeline;
+    where.insertAdjacentHTML("beforeend", row.html);
+  }
+
+  async function poll() {
+    try {
+      const response = await fetch(url + "?after_seq=" + after, {
+        headers: { Accept: "application/json" },
+      });
+      if (response.ok) {
+        const body = await response.json();
+        body.rows.forEach(add);
+        after = body.last_seq;
+        timeline.dataset.afterSeq = String(after);
+        if (body.finished) {
+          status.textContent = "the run has finished: reload for its summary";
+          return;
+        }
+      } else {
+        status.textContent = "live updates paused: the server answered " + response.status;
+      }
+    } catch (error) {
+      status.textContent = "live updates paused: the server cannot be reached";
+    }
+    window.setTimeout(poll, interval);
+  }
+
+  window.setTimeout(poll, interval);
+})();

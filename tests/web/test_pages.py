@@ -1,0 +1,150 @@
+"""The viewer's HTML pages, read as HTML: what each page lists and links, and that stored
+text is escaped. (tests/web/test_browser.py looks at the same pages in a real browser.)"""
+
+from __future__ import annotations
+
+import re
+
+from deerflow_journal.summary import RunSummary
+from deerflow_journal.web import pages
+from tests.web.conftest import Viewer
+from tests.web.journals import XSS_AI
+
+
+async def page(viewer: Viewer, path: str, expect: int = 200) -> str:
+    response = await viewer.client.get(path)
+    assert response.status_code == expect, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    return response.text
+
+
+def row_of(text: str, seq: int) -> str:
+    """The HTML of the timeline row of event ``seq``."""
+    start = text.index(f'id="e-{seq}"')
+    end = text.find('<div class="row', start)
+    return text[start : end if end > 0 else len(text)]
+
+
+async def test_the_threads_page_links_each_thread_newest_first(viewer: Viewer):
+    text = await page(viewer, "/")
+    listed = re.findall(r'class="thread" href="/threads/([^"]+)"', text)
+    threads = await viewer.store.list_threads()
+    assert listed == [t.thread_id for t in threads]
+
+
+async def test_the_runs_page_shows_each_runs_status_and_tokens(viewer: Viewer):
+    text = await page(viewer, "/threads/hitl")
+    paused, resumed = viewer.ids["hitl"]
+    assert re.findall(r'class="run" href="/threads/hitl/runs/([^"]+)"', text) == [resumed, paused]
+    assert re.findall(r'<span class="status status-(\w+)">', text) == ["success", "interrupted"]
+    assert "cost (USD)" not in text  # no summary here carries a cost
+
+
+async def test_a_tool_call_links_to_its_outcome_and_back(viewer: Viewer):
+    run_id = viewer.ids["weather"][0]
+    events = await viewer.store.list_events("weather", run_id)
+    call, result = events[2]["seq"], events[3]["seq"]
+    text = await page(viewer, f"/threads/weather/runs/{run_id}")
+    assert [e["event_type"] for e in events][2:4] == ["llm.ai.response", "llm.tool.result"]
+    assert f'class="answered-by" href="#e-{result}"' in row_of(text, call)
+    assert f'class="answers" href="#e-{call}"' in row_of(text, result)
+
+
+async def test_stored_html_is_shown_as_text(viewer: Viewer):
+    text = await page(viewer, f"/threads/xss/runs/{viewer.ids['xss']}")
+    assert "<img" not in text and "<script>" not in text
+    assert "&lt;img src=x onerror=&#34;window.__pwned = 1; alert(1)&#34;&gt;" in text
+    assert "&lt;script&gt;window.__pwned = 2" in text
+    assert XSS_AI not in text
+
+
+async def test_subagent_steps_are_grouped_under_their_task(viewer: Viewer):
+    text = await page(viewer, f"/threads/tasks/runs/{viewer.ids['tasks']}")
+    sections = re.findall(r'<section class="task" data-task="(\w+)">(.*?)</section>', text, re.S)
+    assert [task for task, _ in sections] == ["t1", "t2"]
+    for task, body in sections:
+        kinds = re.findall(r'<span class="kind">([\w.]+)</span>', body)
+        assert kinds == ["subagent.start", "subagent.step", "subagent.end"], task
+        assert set(re.findall(r'data-task="(\w+)"', body)) == {task}
+
+
+async def test_workspace_changes_are_shown_as_diffs(viewer: Viewer):
+    text = await page(viewer, f"/threads/work/runs/{viewer.ids['work']}")
+    assert '<span class="diff-del">-old line</span>' in text
+    assert '<span class="diff-add">+new line</span>' in text
+    assert '<span class="diff-add">+# Report</span>' in text
+    assert re.search(r'<span class="file-status">created</span> [^<]*report\.md', text)
+
+
+async def test_an_interrupt_and_its_resume_link_to_each_other_across_runs(viewer: Viewer):
+    paused, resumed = viewer.ids["hitl"]
+    (interrupt,) = await viewer.store.list_events("hitl", paused, event_types="run.interrupt")
+    (resume,) = await viewer.store.list_events("hitl", resumed, event_types="run.resume")
+    first = await page(viewer, f"/threads/hitl/runs/{paused}")
+    link = f'href="/threads/hitl/runs/{resumed}#e-{resume["seq"]}">resumed in run {resumed}'
+    assert link in row_of(first, interrupt["seq"])
+    second = await page(viewer, f"/threads/hitl/runs/{resumed}")
+    back = f'href="/threads/hitl/runs/{paused}#e-{interrupt["seq"]}">resumes the interrupt of run'
+    assert back in row_of(second, resume["seq"])
+
+
+async def test_the_live_rows_are_those_after_the_seq_asked(viewer: Viewer):
+    run_id = viewer.ids["weather"][2]
+    events = await viewer.store.list_events("weather", run_id)
+    after = events[3]["seq"]
+    response = await viewer.client.get(f"/threads/weather/runs/{run_id}/live?after_seq={after}")
+    body = response.json()
+    assert [row["seq"] for row in body["rows"]] == [e["seq"] for e in events[4:]]
+    assert body["last_seq"] == events[-1]["seq"] and body["finished"] is True
+    assert all(f'id="e-{row["seq"]}"' in row["html"] for row in body["rows"])
+    text = await page(viewer, f"/threads/weather/runs/{run_id}")
+    assert 'data-live="0"' in text  # a finished run is not polled
+
+
+async def test_unknown_threads_and_runs_are_404_pages(viewer: Viewer):
+    assert "the journal has no thread" in await page(viewer, "/threads/nowhere", 404)
+    text = await page(viewer, "/threads/weather/runs/nope", 404)
+    assert "thread &#39;weather&#39; has no run &#39;nope&#39;" in text
+
+
+def test_the_runs_page_shows_a_cost_column_when_summaries_carry_a_cost():
+    class CostedSummary(RunSummary):  # a summary of a version that prices its tokens
+        cost_usd: float | None = None
+
+    runs = [
+        CostedSummary(thread_id="t", run_id="r2", status="success", cost_usd=0.0015),
+        CostedSummary(thread_id="t", run_id="r1", status="success"),
+    ]
+    text = pages._env.get_template("runs.html").render(
+        root="", user=None, thread_id="t", runs=runs, with_cost=True, following=None, paged=None
+    )
+    assert "cost (USD)" in text
+    assert re.findall(r'<td class="num cost">([^<]*)</td>', text) == ["0.0015", "-"]
+    assert pages._cost(runs[1]) is None and pages._cost(runs[0]) == 0.0015
+
+
+async def test_the_threads_and_runs_pages_page_through_everything(viewer: Viewer, monkeypatch):
+    monkeypatch.setattr(pages, "_PAGE", 2)
+    listed, path = [], "/"
+    while True:
+        text = await page(viewer, path)
+        listed += re.findall(r'class="thread" href="/threads/([^"]+)"', text)
+        older = re.search(r'class="older" href="([^"]+)"', text)
+        if older is None:
+            break
+        path = older.group(1).replace("&amp;", "&")
+    assert listed == [t.thread_id for t in await viewer.store.list_threads()]
+    first = await page(viewer, "/threads/weather")
+    older = re.search(r'class="older" href="([^"]+)"', first)
+    assert older is not None
+    second = await page(viewer, older.group(1))
+    link = r'class="run" href="/threads/weather/runs/([^"]+)"'
+    runs = [re.findall(link, t) for t in (first, second)]
+    assert runs == [viewer.ids["weather"][:0:-1], viewer.ids["weather"][:1]]
+
+
+async def test_a_long_run_shows_its_first_events_and_says_so(viewer: Viewer, monkeypatch):
+    monkeypatch.setattr(pages, "MAX_TIMELINE_EVENTS", 3)
+    text = await page(viewer, f"/threads/weather/runs/{viewer.ids['weather'][0]}")
+    assert len(re.findall(r'<div class="row depth', text)) == 3
+    assert "Showing the first 3 events" in text and 'data-live="0"' in text
