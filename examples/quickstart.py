@@ -39,7 +39,7 @@ def scripted_model() -> GenericFakeChatModel:
         content="",
         tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "call_1"}],
         usage_metadata={"input_tokens": 120, "output_tokens": 18, "total_tokens": 138},
-        response_metadata={"model_name": "fake-gpt"},
+        response_metadata={"model_name": "gpt-4o"},
     )
     answer = AIMessage(
         content="It is sunny in Paris today, 21 °C.",
@@ -49,7 +49,7 @@ def scripted_model() -> GenericFakeChatModel:
             "total_tokens": 174,
             "input_token_details": {"cache_read": 96},
         },
-        response_metadata={"model_name": "fake-gpt"},
+        response_metadata={"model_name": "gpt-4o"},
     )
     return GenericFakeChatModel(messages=iter([ask, answer]))
 

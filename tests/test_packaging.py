@@ -174,10 +174,11 @@ def load_dev() -> Any:
 
 def test_dev_installs_the_test_extras_for_test_only_and_reinstalls_on_a_pyproject_change():
     install_spec = load_dev().install_spec
-    assert install_spec("demo", "d1", "") == "."  # the package alone runs the demo
-    assert install_spec("demo", "d1", "d1") is None
-    assert install_spec("test", "d1", "d1") == ".[postgres,test]"  # after a demo
-    assert install_spec("test", "d1", "d1 postgres test") is None
-    assert install_spec("demo", "d1", "d1 postgres test") is None  # the extras do no harm
-    assert install_spec("demo", "d2", "d1 postgres test") == "."
-    assert install_spec("test", "d2", "d1 postgres test") == ".[postgres,test]"
+    everything = "d1 postgres cost otel test"
+    assert install_spec("demo", "d1", "") == ".[cost]"  # the package and its prices
+    assert install_spec("demo", "d1", "d1 cost") is None
+    assert install_spec("test", "d1", "d1 cost") == ".[postgres,cost,otel,test]"  # after a demo
+    assert install_spec("test", "d1", everything) is None
+    assert install_spec("demo", "d1", everything) is None  # the extras do no harm
+    assert install_spec("demo", "d2", everything) == ".[cost]"
+    assert install_spec("test", "d2", everything) == ".[postgres,cost,otel,test]"
