@@ -92,8 +92,11 @@ def estimate_cost(
     """The run's total cost and its cost by model, from ``token_usage_by_model``.
 
     The total is ``None`` unless every model that used tokens is priced (a total without
-    one of them would understate the run); no usage at all has no estimate either.
+    one of them would understate the run); no usage at all has no estimate either. Without
+    genai-prices installed nothing is estimated: ``(None, {})``.
     """
+    if _prices() is None:
+        return None, {}
     costs = {
         model: _cost(model, counts, at)
         for model, counts in usage_by_model.items()

@@ -624,8 +624,9 @@ def render_summary(summary: RunSummary, *, width: int = 80, color: bool = False)
     if summary.estimated_cost_usd is not None:
         rows.append([(f"cost: {_usd(summary.estimated_cost_usd)} (estimated)", "")])
     elif summary.token_usage_by_model:
-        unpriced = [m for m, c in summary.token_usage_by_model.items() if costs.get(m) is None]
-        why = f"no price for {', '.join(map(_one_line, unpriced))}" if unpriced else "not priced"
+        # Models priced as unknown; none at all: written without genai-prices, or before it.
+        unpriced = [_one_line(model) for model, cost in costs.items() if cost is None]
+        why = f"no price for {', '.join(unpriced)}" if unpriced else "not estimated"
         rows.append([(f"cost: unknown ({why})", "")])
     if summary.subagent_tokens or summary.middleware_tokens:
         rows.append(

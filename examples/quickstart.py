@@ -2,7 +2,8 @@
 
 The agent is a real ``StateGraph`` (a model node and LangGraph's ``ToolNode``) whose model is
 langchain-core's ``GenericFakeChatModel``, scripted to call a real tool and to report token
-usage, so the example runs offline. The journal writes to the default store, ``open_store()``:
+usage under a real model's name (``gpt-4o``, so the summary can estimate its cost), so the
+example runs offline. The journal writes to the default store, ``open_store()``:
 ``$DEERFLOW_JOURNAL_URL``, else the SQLite file ``.deer-flow/journal.db``.
 
 Run it with ``python3 dev.py demo`` (or ``python examples/quickstart.py``).
