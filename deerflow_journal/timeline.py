@@ -311,7 +311,7 @@ class _Describer:
         tokens = _tokens(usage)
         cost = _call_cost(content, usage, created_at) if tokens else None
         if cost is not None:
-            tokens = f"{tokens[:-1]} · {_usd(cost)}]"
+            tokens = f"[{_usd(cost)} · {tokens[1:]}"  # first: a narrow terminal cuts the end
         return {"text": f"{tokens} {said}" if tokens else said, "cost_usd": cost}
 
     def _tool_outcome(self, kind: str, content: Any, metadata: Any) -> dict[str, Any]:
@@ -600,8 +600,7 @@ def _model_cost(cost: float | None) -> str:
 
 
 def render_summary(summary: RunSummary, *, width: int = 80, color: bool = False) -> str:
-    """Lay a ``RunSummary`` out as lines: status, duration, tokens, cost, messages, dropped
-    events."""
+    """Lay a ``RunSummary`` out as lines: status, duration, tokens, cost, messages, drops."""
     _check_width(width)
     tone = _STATUS_COLORS.get(summary.status, "")
     calls = summary.llm_call_count

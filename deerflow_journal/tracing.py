@@ -44,8 +44,10 @@ _disabled = False  # disable() was called after the variable started a journal, 
 
 
 def active_journal() -> RunJournal | None:
-    """The journal new root runs go to here: ``journaling()``'s, else the process's, else
-    ``None`` (the first call with the variable set opens the process's journal)."""
+    """The journal new root runs started here go to, or ``None``.
+
+    ``journaling()``'s, else the process's (the first call with the variable set opens it).
+    """
     scoped = _scoped.get()
     if scoped is not None:
         return scoped
@@ -83,8 +85,10 @@ def enable(url: str | None = None, **options: Any) -> RunJournal:
 
 
 def disable() -> None:
-    """Stop journaling new root runs of the process (the variable too); runs in progress
-    finish, and everything the journal holds is written before this returns."""
+    """Stop journaling new root runs of the process, the variable's too.
+
+    Runs in progress finish; everything the journal holds is written before this returns.
+    """
     global _process, _disabled
     with _lock:
         previous, _process, _disabled = _process, None, True

@@ -52,6 +52,14 @@ def test_wheel_ships_the_contract_and_py_typed(wheel):
     )
 
 
+def test_wheel_ships_the_tracing_start_up_hook_once_at_the_top(wheel):
+    names = set(wheel.namelist())
+    assert "deerflow_journal_tracing.pth" in names  # site-packages runs it at start-up
+    assert not [n for n in names if n.endswith(".pth") and "/" in n]
+    line = wheel.read("deerflow_journal_tracing.pth").decode()
+    assert line.startswith("import ") and "DEERFLOW_JOURNAL_TRACING" in line
+
+
 def test_wheel_installs_the_deerflow_journal_command(wheel):
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
