@@ -11,12 +11,14 @@ import textwrap
 import threading
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import deerflow_journal
 from deerflow_journal import RunJournal, open_sync_store
 from deerflow_journal.tracing import active_journal
 from tests.journal.agents import ONE_TOOL_CALL_SEQUENCE, QUESTION, add, agent_graph, ai, scripted
+from tests.journal.test_examples import run_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -226,3 +228,22 @@ def test_disable_stops_what_the_variable_started(tmp_path):
                DEERFLOW_JOURNAL_URL=url)  # fmt: skip
     assert stored_runs(url, "on") == [("success", ONE_TOOL_CALL_SEQUENCE)]
     assert stored_runs(url, "off") == []
+
+
+@pytest.mark.slow
+def test_enable_journals_runs_in_a_notebook(tmp_path):
+    agent_source = UNMODIFIED_AGENT.split("question = ", 1)[0]
+    cells = [
+        "import deerflow_journal\njournal = deerflow_journal.enable('sqlite:///journal.db')",
+        agent_source + 'question = {"messages": [HumanMessage("What is 1 + 2?")]}',
+        'agent().invoke(question, {"configurable": {"thread_id": "sync"}});',
+        'await agent().ainvoke(question, {"configurable": {"thread_id": "async"}});',
+        "deerflow_journal.disable()",
+        'agent().invoke(question, {"configurable": {"thread_id": "after"}});',
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    workdir = run_notebook(notebook, tmp_path)
+    url = f"sqlite:///{workdir / 'journal.db'}"
+    for thread_id in ("sync", "async"):
+        assert stored_runs(url, thread_id) == [("success", ONE_TOOL_CALL_SEQUENCE)]
+    assert stored_runs(url, "after") == []
