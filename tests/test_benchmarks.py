@@ -113,3 +113,17 @@ def test_the_store_benchmark_prints_every_browsing_figure():
                 assert f"browse {backend} 120 threads {figure} {page}" in done.stdout
                 assert f"browse {backend} {figure} {page}: 120 vs 60 threads = " in done.stdout
         assert f"browse {backend} show a 50-event run (read + render)" in done.stdout
+
+
+def test_the_integrations_benchmark_prints_every_figure():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_integrations.py")]
+        + ["--invocations", "2", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for figure in ("invoke, enable()", "estimate_cost, 2 models", "run_spans, per event"):
+        assert figure in done.stdout
