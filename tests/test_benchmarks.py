@@ -116,9 +116,9 @@ def test_the_store_benchmark_prints_every_browsing_figure():
 
 
 def test_the_integrations_benchmark_prints_every_figure():
+    script = ROOT / "benchmarks" / "bench_integrations.py"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_integrations.py")]
-        + ["--invocations", "2", "--rounds", "1"],
+        [sys.executable, str(script), "--invocations", "2", "--rounds", "1"],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
