@@ -11,13 +11,17 @@ Every other event (human input, middleware, memory context, workspace changes, r
 span event on the root span. Span times are the events' ``created_at``.
 
 ``run_spans`` builds the SDK's ``ReadableSpan``s, which any SDK exporter takes;
-``export_run`` reads a run from a store and hands its spans to an exporter. See
+``export_run`` reads a run from a store and hands its spans to an exporter;
+``SpanExportingStore`` exports each run as it ends. See
 https://opentelemetry.io/docs/specs/semconv/gen-ai/ for the conventions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
@@ -28,6 +32,7 @@ from deerflow_journal.cost import model_cost
 from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.records import RunEvent
 from deerflow_journal.stores.base import RunEventStore
+from deerflow_journal.summary import RunSummary
 
 try:
     from opentelemetry import trace
@@ -43,7 +48,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "exporting runs to OpenTelemetry needs the otel extra: pip install 'deerflow-journal[otel]'"
     ) from exc
 
-__all__ = ["DEFAULT_SERVICE_NAME", "export_run", "run_spans"]
+__all__ = ["DEFAULT_SERVICE_NAME", "SpanExportingStore", "export_run", "run_spans"]
+
+logger = logging.getLogger(__name__)
 
 #: ``service.name`` of the exported spans unless the caller names another.
 DEFAULT_SERVICE_NAME = "deerflow-journal"
@@ -342,8 +349,9 @@ async def export_run(
 ) -> int:
     """Read a run's events from ``store`` and export its spans; return how many.
 
-    ``LookupError`` if the store has no events of the run; ``RuntimeError`` if the exporter
-    reports a failure.
+    The spans are built and exported in a worker thread (an exporter may block on the
+    network). ``LookupError`` if the store has no events of the run; ``RuntimeError`` if the
+    exporter reports a failure.
     """
     events: list[RunEvent] = []
     after = None
@@ -355,7 +363,72 @@ async def export_run(
         after = page[-1]["seq"]
     if not events:
         raise LookupError(f"thread {thread_id!r} has no events of run {run_id!r}")
-    spans = run_spans(events, service_name=service_name)
-    if exporter.export(spans) is not SpanExportResult.SUCCESS:
-        raise RuntimeError(f"the exporter could not export the {len(spans)} spans of {run_id!r}")
-    return len(spans)
+
+    def send() -> int:
+        spans = run_spans(events, service_name=service_name)
+        if exporter.export(spans) is not SpanExportResult.SUCCESS:
+            raise RuntimeError(
+                f"the exporter could not export the {len(spans)} spans of {run_id!r}"
+            )
+        return len(spans)
+
+    return await asyncio.to_thread(send)
+
+
+class SpanExportingStore:
+    """A journal's store that also exports each run's spans once the run has ended (live mode).
+
+    ``RunJournal(event_store=SpanExportingStore(store, exporter))`` writes through ``store``
+    (events, then summaries); the first time a run's summary arrives with a terminal status,
+    its events are read back and exported, in a worker thread. An export that fails is logged
+    at ERROR and never fails the journal's write. A run is exported once, however often its
+    summary is written again afterwards; reads and everything else go to ``store``.
+
+    Args:
+        store: Where the journal's events go (one of ours, set up by the caller).
+        exporter: Any OpenTelemetry SDK span exporter, e.g. ``OTLPSpanExporter``.
+        service_name: ``service.name`` of the spans.
+    """
+
+    #: How many ended runs are remembered so that each is exported once.
+    remembered_runs: int = 1024
+
+    def __init__(
+        self,
+        store: RunEventStore,
+        exporter: SpanExporter,
+        *,
+        service_name: str = DEFAULT_SERVICE_NAME,
+    ) -> None:
+        self.store = store
+        self.exporter = exporter
+        self.service_name = service_name
+        self._exported: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    async def put_batch(self, events: list[dict[str, Any]]) -> list[RunEvent]:
+        """Write events through the store (its batch id, and so exactly once, kept)."""
+        return await self.store.put_batch(events)
+
+    async def put_run_summary(self, summary: RunSummary) -> RunSummary:
+        """Write the summary; export the run's spans if it just ended."""
+        stored = await self.store.put_run_summary(summary)
+        key = (summary.thread_id, summary.run_id)
+        if summary.status == "running" or key in self._exported:
+            return stored
+        self._exported[key] = None
+        if len(self._exported) > self.remembered_runs:
+            self._exported.popitem(last=False)
+        try:
+            await export_run(
+                self.store,
+                summary.thread_id,
+                summary.run_id,
+                self.exporter,
+                service_name=self.service_name,
+            )
+        except Exception:
+            logger.exception("could not export the spans of run %r", summary.run_id)
+        return stored
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)

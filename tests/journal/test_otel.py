@@ -19,7 +19,7 @@ from opentelemetry.trace import StatusCode
 
 from deerflow_journal import RunJournal, open_store
 from deerflow_journal.cli import main
-from deerflow_journal.otel import export_run, run_spans
+from deerflow_journal.otel import SpanExportingStore, export_run, run_spans
 from tests.journal.agents import QUESTION, add, agent_graph, ai, explode, run_events, scripted
 
 
@@ -143,6 +143,28 @@ async def test_a_failed_run_has_an_error_root_span(tmp_path):
     assert root.attributes["error.type"] == "RuntimeError"
     assert root.attributes["deerflow.run.status"] == "error"
     assert children["chat fake-model"][0].attributes["gen_ai.request.model"] == "fake-model"
+
+
+async def test_live_mode_exports_each_run_once_as_it_ends(store):
+    exporter = InMemorySpanExporter()
+    journal = RunJournal(event_store=SpanExportingStore(store, exporter))
+    for thread_id in ("a", "b"):
+        model = scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3"))
+        config = {"callbacks": [journal], "configurable": {"thread_id": thread_id}}
+        await agent_graph(model, [add]).ainvoke(QUESTION, config)
+        await journal.flush()
+        assert {
+            s.attributes.get("gen_ai.conversation.id") for s in exporter.get_finished_spans()
+        } >= {thread_id}
+    # Usage reported after the end writes the summary again: the run is not exported twice.
+    late = {"source_run_id": "late", "input_tokens": 5, "output_tokens": 1}
+    assert journal.record_external_llm_usage_records([late]) == 1
+    await journal.flush()
+    spans = exporter.get_finished_spans()
+    roots = [s for s in spans if s.parent is None]
+    assert sorted(r.attributes["gen_ai.conversation.id"] for r in roots) == ["a", "b"]
+    assert len(spans) == 2 * 4  # root, two chats, one tool each
+    assert (await store.get_run_summary("b", journal.run_id)).total_tokens == 36
 
 
 def test_spans_need_one_runs_events():
