@@ -139,11 +139,11 @@ class _RunSpans:
         self.tasks: dict[str, Span] = {}
         self.end = self.start
 
-    def span(self, name: str, start: int, attributes: dict[str, Any], parent: Span | None = None):
-        context = self.context if parent is None else trace.set_span_in_context(parent)
+    def span(self, name: str, start: int, attributes: dict[str, Any]) -> Span:
+        """A child of the root span, started at ``start`` (not before the root)."""
         return self.tracer.start_span(
             name,
-            context=context,
+            context=self.context,
             kind=SpanKind.CLIENT if name.startswith("chat") else SpanKind.INTERNAL,
             start_time=max(start, self.start),
             attributes={k: v for k, v in attributes.items() if v is not None},
