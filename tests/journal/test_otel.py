@@ -4,6 +4,8 @@ in-memory exporter, and over OTLP/HTTP to a receiver in the test that decodes th
 from __future__ import annotations
 
 import http.server
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -257,3 +259,17 @@ def test_the_cli_says_how_to_fix_a_bad_endpoint(tmp_path, capsys):
     assert "--endpoint must be an http(s) URL" in capsys.readouterr().err
     assert main(["--url", url, "export", "t", "--endpoint", "http://127.0.0.1:1"]) == 1
     assert "go with --format otlp" in capsys.readouterr().err
+
+
+def test_without_the_otel_extra_the_import_names_it():
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "try:\n"
+        "    import deerflow_journal.otel\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "pip install 'deerflow-journal[otel]'" in done.stdout
