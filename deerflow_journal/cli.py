@@ -518,8 +518,8 @@ def cmd_export(args: argparse.Namespace, out: _Out) -> None:
     if args.format == "otlp":
         _export_otlp(args, out)
         return
-    if args.endpoint is not None or args.service_name is not None:
-        raise CliError("--endpoint and --service-name go with --format otlp")
+    if args.endpoint is not None or args.service_name is not None or args.header:
+        raise CliError("--endpoint, --header and --service-name go with --format otlp")
     stream = out.stream.buffer if hasattr(out.stream, "buffer") else None
     write: Callable[[bytes], Any] = (
         stream.write if stream is not None else (lambda b: out.stream.write(b.decode()))
