@@ -2,8 +2,9 @@
 """Project entry point: ``python3 dev.py demo`` runs the journaled example, ``test`` every check.
 
 Both commands create ``.venv`` on first use and install what they need into it: ``demo`` the
-package alone, ``test`` its ``postgres`` and ``test`` extras too. They reinstall whenever
-``pyproject.toml`` changes, so a fresh clone needs nothing but Python 3.11+ and the registries.
+package with its ``cost`` extra, ``test`` its ``postgres``, ``otel`` and ``test`` extras too.
+They reinstall whenever ``pyproject.toml`` changes, so a fresh clone needs nothing but Python
+3.11+ and the registries.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 #: The extras each command needs installed.
-EXTRAS = {"demo": (), "test": ("postgres", "test", "ui")}
+EXTRAS = {"demo": ("cost",), "test": ("postgres", "cost", "otel", "test", "ui")}
 
 
 def _venv_python() -> Path:

@@ -45,6 +45,7 @@ from deerflow_journal.timeline import (
     render_timeline,
     timeline_rows,
 )
+from deerflow_journal.tracing import disable, enable, journaling
 from deerflow_journal.workspace import (
     WorkspaceChangeLimits,
     WorkspaceRoot,
@@ -80,6 +81,9 @@ __all__ = [
     "capture_workspace_snapshot",
     "current_user_id",
     "default_store_url",
+    "disable",
+    "enable",
+    "journaling",
     "latest_workspace_changes",
     "load_contract",
     "memory_context_digests",

@@ -6,7 +6,8 @@ Commands read through ``SyncStore`` on a store opened ``read_only`` (``import`` 
 - ``show THREAD RUN``: a run's timeline (``--json``: its events, one JSON record a line);
 - ``summary THREAD RUN``: a run's summary; ``tail THREAD [--follow]``: a thread's latest
   events, and with ``--follow`` each new one as it lands, until Ctrl-C;
-- ``export THREAD [RUN]``: the thread's (or run's) events and run summaries as JSON lines;
+- ``export THREAD [RUN]``: the thread's (or run's) events and run summaries as JSON lines
+  (``--format otlp --endpoint URL``: as OpenTelemetry spans sent to an OTLP/HTTP receiver);
   ``import FILE|-``: such a file into the store ``--url`` names, seqs given by that store;
 - ``serve``: the web viewer and its JSON API (extra ``ui``), read-only, on loopback unless
   ``--expose`` says otherwise.
@@ -514,7 +515,13 @@ def cmd_tail(args: argparse.Namespace, out: _Out) -> None:
 
 
 def cmd_export(args: argparse.Namespace, out: _Out) -> None:
-    """``export THREAD [RUN]``: the export format on stdout."""
+    """``export THREAD [RUN]``: the export format on stdout, or (``--format otlp``) the runs
+    as OpenTelemetry spans sent to an OTLP/HTTP endpoint."""
+    if args.format == "otlp":
+        _export_otlp(args, out)
+        return
+    if args.endpoint is not None or args.service_name is not None or args.header:
+        raise CliError("--endpoint, --header and --service-name go with --format otlp")
     stream = out.stream.buffer if hasattr(out.stream, "buffer") else None
     write: Callable[[bytes], Any] = (
         stream.write if stream is not None else (lambda b: out.stream.write(b.decode()))
@@ -557,6 +564,74 @@ def cmd_export(args: argparse.Namespace, out: _Out) -> None:
         out.end_note()
         if stream is not None:
             stream.flush()
+
+
+def _otlp_endpoint(url: str | None) -> str | None:
+    """The traces URL: ``url`` as given, ``/v1/traces`` added to one without a path."""
+    if url is None:
+        return None  # the SDK's: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else localhost:4318
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise CliError(
+            f"--endpoint must be an http(s) URL, e.g. http://localhost:4318, not {url!r}"
+        )
+    return url if parts.path.strip("/") else urlunsplit(parts._replace(path="/v1/traces"))
+
+
+def _export_otlp(args: argparse.Namespace, out: _Out) -> None:
+    """``export --format otlp``: each run's spans, one OTLP/HTTP request per run."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        from deerflow_journal.otel import DEFAULT_SERVICE_NAME, run_spans
+    except ImportError:
+        raise CliError(
+            "--format otlp needs the otel extra: pip install 'deerflow-journal[otel]'"
+        ) from None
+    endpoint = _otlp_endpoint(args.endpoint)
+    headers = dict(_header(h) for h in args.header or ())
+    exporter = OTLPSpanExporter(endpoint=endpoint, headers=headers or None)
+    where = endpoint or "the endpoint $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT names (or localhost)"
+    spans = 0
+    try:
+        with opened(args.url) as store:
+            runs = _runs_to_export(store, args.thread, args.run)
+            for run_id in runs:
+                built = run_spans(
+                    run_events(store, args.thread, run_id),
+                    service_name=args.service_name or DEFAULT_SERVICE_NAME,
+                )
+                if exporter.export(built) is not SpanExportResult.SUCCESS:
+                    raise CliError(
+                        f"could not send the spans of run {run_id} to {where}: check that an "
+                        "OTLP/HTTP receiver listens there (see the log above)"
+                    )
+                spans += len(built)
+    finally:
+        exporter.shutdown()
+    out.line(f"exported {spans} spans of {len(runs)} run{'s' * (len(runs) != 1)} to {where}")
+
+
+def _runs_to_export(store: SyncStore, thread_id: str, run_id: str | None) -> list[str]:
+    """The run asked for, else every run of the thread (those with events)."""
+    if run_id is None:
+        runs = [
+            r for r in thread_runs(store, thread_id) if store.list_events(thread_id, r, limit=1)
+        ]
+        if not runs:
+            raise _no_thread(thread_id)
+        return runs
+    if not store.list_events(thread_id, run_id, limit=1):
+        raise _no_run(store, thread_id, run_id)
+    return [run_id]
+
+
+def _header(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise CliError(f"--header takes KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def _not_an_export(name: str, why: str) -> CliError:
@@ -794,6 +869,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = command("export", cmd_export, "a thread's (or run's) events and summaries as JSONL")
     sub.add_argument("thread", metavar="THREAD")
     sub.add_argument("run", nargs="?", metavar="RUN")
+    sub.add_argument(
+        "--format",
+        choices=("jsonl", "otlp"),
+        default="jsonl",
+        help="jsonl (default): the export format on stdout; otlp: OpenTelemetry spans sent to "
+        "--endpoint (needs the otel extra)",
+    )
+    sub.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="OTLP/HTTP traces URL (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else "
+        "http://localhost:4318/v1/traces; a URL without a path gets /v1/traces)",
+    )
+    sub.add_argument(
+        "--header", action="append", metavar="KEY=VALUE", help="an HTTP header to send (repeat)"
+    )
+    sub.add_argument("--service-name", help="service.name of the spans (default deerflow-journal)")
 
     sub = command("import", cmd_import, "write an export into the store --url names")
     sub.add_argument("file", metavar="FILE|-", help="an export file, or - for standard input")

@@ -44,6 +44,11 @@ class RunSummary(BaseModel):
     first_human_message: str | None = None
     #: Events of the run its store refused for good, dropped by the journal (logged at ERROR).
     dropped_events: int = Field(default=0, ge=0)
+    #: Estimated cost in USD (see ``deerflow_journal.cost``): ``None`` unless every model the
+    #: run used is priced; summaries written before this field read back with ``None``.
+    estimated_cost_usd: float | None = Field(default=None, ge=0)
+    #: Estimated cost in USD of each model in ``token_usage_by_model`` (``None``: unpriced).
+    estimated_cost_by_model: dict[str, float | None] = Field(default_factory=dict)
 
     def to_json_dict(self) -> dict[str, Any]:
         """Return the summary as plain JSON values (timestamps as ISO-8601 strings)."""

@@ -33,6 +33,8 @@ from deerflow_journal.catalog import (
     TOOL_UNRESOLVED_EVENT,
     WORKSPACE_CHANGES_EVENT,
 )
+from deerflow_journal.cost import model_cost
+from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.summary import RunSummary
 
 __all__ = ["TimelineRow", "render_summary", "render_timeline", "timeline_rows"]
@@ -84,6 +86,9 @@ class TimelineRow:
     #: The outcome the line reports (``ok``, ``error``, ``unresolved``, ``success``,
     #: ``interrupted``, ``resumed``, ``cancelled``, a subagent status), else ``None``.
     status: str | None = None
+    #: The estimated USD cost of a model response whose model has a price (see
+    #: ``deerflow_journal.cost``), else ``None``.
+    cost_usd: float | None = None
 
 
 # -- reading events ---------------------------------------------------------------------
@@ -166,6 +171,19 @@ def _tokens(usage: Any) -> str:
     return f"[{total} tok: {inputs}, {outputs}]"
 
 
+def _call_cost(content: Any, usage: Mapping[str, Any], created_at: Any) -> float | None:
+    """The estimated cost of one model response, priced when it was written."""
+    response = _get(content, "response_metadata")
+    model = _get(response, "model_name") or _get(response, "model")
+    if not isinstance(model, str) or not model:
+        return None
+    try:
+        at = datetime.fromisoformat(created_at) if isinstance(created_at, str) else None
+    except ValueError:
+        at = None
+    return model_cost(model, token_counts(usage), at)
+
+
 def _joined(*parts: str) -> str:
     return " · ".join(part for part in parts if part)
 
@@ -232,7 +250,7 @@ class _Describer:
         if kind == LLM_HUMAN_INPUT_EVENT.event_type:
             return {"text": _quoted(_get(content, "content"))}
         if kind in _AI_TYPES:
-            return self._ai_response(seq, content, metadata)
+            return self._ai_response(seq, content, metadata, event.get("created_at"))
         if kind in (
             LLM_TOOL_RESULT_EVENT.event_type,
             TOOL_ERROR_EVENT.event_type,
@@ -273,7 +291,9 @@ class _Describer:
             return {"text": _quoted(content["content"])}
         return {"text": _short(content) if content is not None else ""}
 
-    def _ai_response(self, seq: int, content: Any, metadata: Any) -> dict[str, Any]:
+    def _ai_response(
+        self, seq: int, content: Any, metadata: Any, created_at: Any
+    ) -> dict[str, Any]:
         tool_calls = _get(content, "tool_calls")
         for call in tool_calls if isinstance(tool_calls, list) else ():
             call_id = _str(_get(call, "id"))
@@ -287,8 +307,12 @@ class _Describer:
             f"{len(invalid)} invalid tool calls" if isinstance(invalid, list) and invalid else "",
             _quote(_short(text)) if text or not calls else "",
         )
-        tokens = _tokens(_get(metadata, "usage") or _get(content, "usage_metadata"))
-        return {"text": f"{tokens} {said}" if tokens else said}
+        usage = _get(metadata, "usage") or _get(content, "usage_metadata")
+        tokens = _tokens(usage)
+        cost = _call_cost(content, usage, created_at) if tokens else None
+        if cost is not None:
+            tokens = f"[{_usd(cost)} · {tokens[1:]}"  # first: a narrow terminal cuts the end
+        return {"text": f"{tokens} {said}" if tokens else said, "cost_usd": cost}
 
     def _tool_outcome(self, kind: str, content: Any, metadata: Any) -> dict[str, Any]:
         call_id = _str(_get(content, "tool_call_id")) or _str(_get(metadata, "tool_call_id"))
@@ -565,8 +589,18 @@ def _model_usage(counts: Mapping[str, int]) -> str:
     )
 
 
+def _usd(amount: float) -> str:
+    """Dollars to the millionth (model calls cost fractions of a cent), trailing zeros cut."""
+    text = f"{amount:.6f}".rstrip("0")
+    return f"${text}{'0' * max(0, 2 - len(text.partition('.')[2]))}"
+
+
+def _model_cost(cost: float | None) -> str:
+    return "" if cost is None else f" · {_usd(cost)}"
+
+
 def render_summary(summary: RunSummary, *, width: int = 80, color: bool = False) -> str:
-    """Lay a ``RunSummary`` out as lines: status, duration, tokens, messages, dropped events."""
+    """Lay a ``RunSummary`` out as lines: status, duration, tokens, cost, messages, drops."""
     _check_width(width)
     tone = _STATUS_COLORS.get(summary.status, "")
     calls = summary.llm_call_count
@@ -581,10 +615,18 @@ def render_summary(summary: RunSummary, *, width: int = 80, color: bool = False)
             )
         ],
     ]
+    costs = summary.estimated_cost_by_model
     rows += [
-        [(f"  {_one_line(model)}: {_model_usage(counts)}", "")]
+        [(f"  {_one_line(model)}: {_model_usage(counts)}{_model_cost(costs.get(model))}", "")]
         for model, counts in summary.token_usage_by_model.items()
     ]
+    if summary.estimated_cost_usd is not None:
+        rows.append([(f"cost: {_usd(summary.estimated_cost_usd)} (estimated)", "")])
+    elif summary.token_usage_by_model:
+        # Models priced as unknown; none at all: written without genai-prices, or before it.
+        unpriced = [_one_line(model) for model, cost in costs.items() if cost is None]
+        why = f"no price for {', '.join(unpriced)}" if unpriced else "not estimated"
+        rows.append([(f"cost: unknown ({why})", "")])
     if summary.subagent_tokens or summary.middleware_tokens:
         rows.append(
             [

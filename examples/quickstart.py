@@ -2,7 +2,8 @@
 
 The agent is a real ``StateGraph`` (a model node and LangGraph's ``ToolNode``) whose model is
 langchain-core's ``GenericFakeChatModel``, scripted to call a real tool and to report token
-usage, so the example runs offline. The journal writes to the default store, ``open_store()``:
+usage under a real model's name (``gpt-4o``, so the summary can estimate its cost), so the
+example runs offline. The journal writes to the default store, ``open_store()``:
 ``$DEERFLOW_JOURNAL_URL``, else the SQLite file ``.deer-flow/journal.db``.
 
 Run it with ``python3 dev.py demo`` (or ``python examples/quickstart.py``).
@@ -39,7 +40,7 @@ def scripted_model() -> GenericFakeChatModel:
         content="",
         tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "call_1"}],
         usage_metadata={"input_tokens": 120, "output_tokens": 18, "total_tokens": 138},
-        response_metadata={"model_name": "fake-gpt"},
+        response_metadata={"model_name": "gpt-4o"},
     )
     answer = AIMessage(
         content="It is sunny in Paris today, 21 °C.",
@@ -49,7 +50,7 @@ def scripted_model() -> GenericFakeChatModel:
             "total_tokens": 174,
             "input_token_details": {"cache_read": 96},
         },
-        response_metadata={"model_name": "fake-gpt"},
+        response_metadata={"model_name": "gpt-4o"},
     )
     return GenericFakeChatModel(messages=iter([ask, answer]))
 

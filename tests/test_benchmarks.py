@@ -130,3 +130,17 @@ def test_the_serve_benchmark_prints_every_figure_against_the_direct_read():
         assert f"{page}: HTTP, 2 clients" in done.stdout
         (http,) = [line for line in done.stdout.splitlines() if f"{page}: HTTP, 1 client" in line]
         assert "req/s" in http and "p99" in http and "x direct p50" in http
+
+
+def test_the_integrations_benchmark_prints_every_figure():
+    script = ROOT / "benchmarks" / "bench_integrations.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--invocations", "2", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for figure in ("invoke, enable()", "estimate_cost, 2 models", "run_spans, per event"):
+        assert figure in done.stdout

@@ -61,6 +61,14 @@ def test_wheel_ships_the_viewers_templates_and_static_files(wheel):
         assert path.relative_to(ROOT).as_posix() in names
 
 
+def test_wheel_ships_the_tracing_start_up_hook_once_at_the_top(wheel):
+    names = set(wheel.namelist())
+    assert "deerflow_journal_tracing.pth" in names  # site-packages runs it at start-up
+    assert not [n for n in names if n.endswith(".pth") and "/" in n]
+    line = wheel.read("deerflow_journal_tracing.pth").decode()
+    assert line.startswith("import ") and "DEERFLOW_JOURNAL_TRACING" in line
+
+
 def test_wheel_installs_the_deerflow_journal_command(wheel):
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
@@ -183,11 +191,15 @@ def load_dev() -> Any:
 
 def test_dev_installs_the_test_extras_for_test_only_and_reinstalls_on_a_pyproject_change():
     install_spec = load_dev().install_spec
-    assert install_spec("demo", "d1", "") == "."  # the package alone runs the demo
-    assert install_spec("demo", "d1", "d1") is None
-    assert install_spec("test", "d1", "d1") == ".[postgres,test,ui]"  # after a demo
-    assert install_spec("test", "d1", "d1 postgres test ui") is None
-    assert install_spec("test", "d1", "d1 postgres test") == ".[postgres,test,ui]"  # a new extra
-    assert install_spec("demo", "d1", "d1 postgres test ui") is None  # the extras do no harm
-    assert install_spec("demo", "d2", "d1 postgres test ui") == "."
-    assert install_spec("test", "d2", "d1 postgres test ui") == ".[postgres,test,ui]"
+    everything = "d1 postgres cost otel test ui"
+    assert install_spec("demo", "d1", "") == ".[cost]"  # the package and its prices
+    assert install_spec("demo", "d1", "d1 cost") is None
+    assert install_spec("test", "d1", "d1 cost") == ".[postgres,cost,otel,test,ui]"  # after a demo
+    assert install_spec("test", "d1", everything) is None
+    # a new extra
+    assert (
+        install_spec("test", "d1", "d1 postgres cost otel test") == ".[postgres,cost,otel,test,ui]"
+    )
+    assert install_spec("demo", "d1", everything) is None  # the extras do no harm
+    assert install_spec("demo", "d2", everything) == ".[cost]"
+    assert install_spec("test", "d2", everything) == ".[postgres,cost,otel,test,ui]"

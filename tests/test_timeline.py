@@ -354,6 +354,7 @@ async def test_render_summary_shows_the_totals():
         f"status success in {summary.duration_ms} ms",
         "tokens: 312 total (280 in, 32 out) over 2 model calls",
         "  fake-model: 312 total (280 in, 32 out; cache read 96)",
+        "cost: unknown (no price for fake-model)",
         "first human message: 'What is 1 + 2?'",
         "last AI message:     'It is 3; the other tool failed.'",
     ]

@@ -12,6 +12,7 @@ from uuid import UUID
 from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.callbacks import GraphInterruptEvent
 
+from deerflow_journal.cost import estimate_cost
 from deerflow_journal.journal.mapping import (
     LAST_AI_MESSAGE_MAX_CHARS,
     input_messages,
@@ -171,6 +172,8 @@ class RunState:
 
     def summary(self) -> RunSummary:
         """Return the run's ``RunSummary`` as of now."""
+        data = self.completion_data()
+        cost, cost_by_model = estimate_cost(data["token_usage_by_model"], self.started_at)
         return RunSummary(
             thread_id=self.thread_id or "",
             run_id=self.run_id or "",
@@ -181,5 +184,7 @@ class RunState:
             duration_ms=self.duration_ms,
             error=self.error,
             dropped_events=self.dropped_events,
-            **self.completion_data(),
+            estimated_cost_usd=cost,
+            estimated_cost_by_model=cost_by_model,
+            **data,
         )

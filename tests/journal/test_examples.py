@@ -47,6 +47,7 @@ def test_quickstart_prints_the_timeline_and_summary_from_the_default_store(tmp_p
     assert "↳ #" in lines[6] and "get_weather ✓ sunny, 21 °C" in lines[6]
     assert "status success" in done.stdout
     assert "tokens: 312 total (280 in, 32 out) over 2 model calls" in done.stdout
+    assert any(line.startswith("cost: $") for line in lines)  # priced as gpt-4o
     assert (tmp_path / ".deer-flow" / "journal.db").is_file()
 
 
