@@ -37,9 +37,8 @@ _env.filters["when"] = lambda value: "-" if value is None else str(value)[:19].r
 
 
 def _cost(summary: RunSummary) -> float | None:
-    """The run's estimated cost in USD when the summary carries one."""
-    cost = getattr(summary, "cost_usd", None)
-    return cost if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+    """The run's estimated cost in USD, ``None`` when some model it used is not priced."""
+    return summary.estimated_cost_usd
 
 
 def _duration(ms: int | None) -> str:

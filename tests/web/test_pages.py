@@ -108,12 +108,9 @@ async def test_unknown_threads_and_runs_are_404_pages(viewer: Viewer):
 
 
 def test_the_runs_page_shows_a_cost_column_when_summaries_carry_a_cost():
-    class CostedSummary(RunSummary):  # a summary of a version that prices its tokens
-        cost_usd: float | None = None
-
     runs = [
-        CostedSummary(thread_id="t", run_id="r2", status="success", cost_usd=0.0015),
-        CostedSummary(thread_id="t", run_id="r1", status="success"),
+        RunSummary(thread_id="t", run_id="r2", status="success", estimated_cost_usd=0.0015),
+        RunSummary(thread_id="t", run_id="r1", status="success"),  # an unpriced model
     ]
     text = pages._env.get_template("runs.html").render(
         root="", user=None, thread_id="t", runs=runs, with_cost=True, following=None, paged=None
