@@ -210,7 +210,7 @@ class RunJournal(GraphCallbackHandler):
             event = mapping.detached_event(event)
         if event["category"] == "message":
             state.message_count += 1
-        if state.bound:
+        if state.thread_id is not None and state.run_id is not None:  # state.bound, inlined
             self._writer.add(state, event)
         else:
             state.unbound_events.append(event)
@@ -603,7 +603,8 @@ class RunJournal(GraphCallbackHandler):
         self, run_id: UUID, parent_run_id: UUID | None, caller: str
     ) -> RunState | None:
         """Time a model call; the caller's held tool errors can no longer be retried."""
-        state = self._own_run(run_id, parent_run_id)
+        owner = run_id if parent_run_id is None else parent_run_id  # _own_run, inlined
+        state = self._runs.get(getattr(owner, "int", owner))
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[getattr(run_id, "int", run_id)] = (time.monotonic(), state.llm_calls)
@@ -688,8 +689,10 @@ class RunJournal(GraphCallbackHandler):
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
-            state = self._own_run(run_id, parent_run_id)
             key = getattr(run_id, "int", run_id)
+            # _own_run, inlined
+            parent = key if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
+            state = self._runs.get(parent)
             if state is None or key in state.answered:
                 return
             state.answered.add(key)
@@ -716,7 +719,7 @@ class RunJournal(GraphCallbackHandler):
                 state.usage.add_call(key, caller, model, counts)
         if parent_run_id is None:
             self._leaf_ended(state, run_id, messages[0] if len(messages) == 1 else messages, None)
-        else:
+        elif self._writer.progress is not None:
             self._writer.changed(state)
 
     def on_llm_error(
@@ -787,7 +790,7 @@ class RunJournal(GraphCallbackHandler):
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
         if parent_run_id is None:
             self._leaf_ended(state, run_id, output, None)
-        elif messages:
+        elif messages and self._writer.progress is not None:
             self._writer.changed(state)
 
     def on_tool_error(
