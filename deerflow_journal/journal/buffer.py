@@ -31,6 +31,7 @@ from typing import Any
 from deerflow_journal.journal.loops import on_background_loop, running_loop
 from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import (
+    DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
     EventRefused,
     decode_json,
@@ -412,6 +413,9 @@ class EventBuffer:
                     _timestamped(event),
                     max_trace_content=getattr(
                         self.store, "max_trace_content", DEFAULT_MAX_TRACE_CONTENT
+                    ),
+                    max_outputs_content=getattr(
+                        self.store, "max_outputs_content", DEFAULT_MAX_OUTPUTS_CONTENT
                     ),
                     default=MessageEncoder(),
                 )

@@ -45,10 +45,12 @@ from deerflow_journal.catalog import (
 )
 from deerflow_journal.records import (
     AUTO,
+    DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
     Auto,
     PendingEvent,
     RunEvent,
+    check_max_outputs_content,
     check_max_trace_content,
     check_text,
     current_user_id,
@@ -334,9 +336,11 @@ class RunEventStore(ABC):
         self,
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
         read_only: bool = False,
     ) -> None:
         self.max_trace_content = check_max_trace_content(max_trace_content)
+        self.max_outputs_content = check_max_outputs_content(max_outputs_content)
         if not isinstance(read_only, bool):
             raise TypeError(f"read_only must be a bool, got {read_only!r}")
         self._read_only = read_only
@@ -435,6 +439,7 @@ class RunEventStore(ABC):
                 thread_id, run_id, event_type, category, content, metadata, created_at, user_id
             ),
             max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
         )
         await self._ready()
         return (await _shielded(self._append([pending])))[0]
@@ -442,7 +447,11 @@ class RunEventStore(ABC):
     async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
         """Append every event atomically, seq in input order; a rejected batch writes nothing."""
         self._check_writable("put a batch")
-        pending = normalise_batch(events, max_trace_content=self.max_trace_content)
+        pending = normalise_batch(
+            events,
+            max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
+        )
         if not pending:
             return []
         await self._ready()
@@ -470,6 +479,7 @@ class RunEventStore(ABC):
                 thread_id, run_id, event_type, category, content, metadata, created_at, user_id
             ),
             max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
         )
         await self._ready()
         return await _shielded(self._append_if_absent(pending))
@@ -701,7 +711,12 @@ class RunEventStore(ABC):
         self._check_writable("write the journal's batch")
         if batch_id is not None:
             check_text(batch_id, "batch_id")
-        pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
+        pending = normalise_batch(
+            events,
+            max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
+            default=default,
+        )
         data = [_summary_data(summary) for summary in summaries]
         await self._ready()
         return await self._append_with_summaries(JournalBatch(pending, data, batch_id))
