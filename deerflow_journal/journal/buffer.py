@@ -208,6 +208,8 @@ class EventBuffer:
         self._spill = SpillFile(self._held)
         #: Events the running write took from memory (they still take memory).
         self._taken = 0
+        #: How many events ``_events`` may hold (the bound less those taken or to retry).
+        self._room = max_buffered
         #: Events that could not be spilled (nor stored): dropped by the next write.
         self._unspillable: list[tuple[dict[str, Any], Exception]] = []
         #: Told the events a store refused (after they are logged and dropped).
@@ -233,11 +235,14 @@ class EventBuffer:
         """
         with self._lock:
             self._ticket += 1
-            if self._spill.count or self._memory_locked() >= self.max_buffered:
-                self._spill_locked(event)
+            events = self._events
+            if len(events) < self._room and not self._spill.count:
+                events.append(event)
+                waiting = len(events)
             else:
-                self._events.append(event)
-            return self._waiting_locked() >= self._next_write_at and self._write is None
+                self._spill_locked(event)
+                waiting = self._waiting_locked()
+            return waiting >= self._next_write_at and self._write is None
 
     def _spill_locked(self, event: dict[str, Any]) -> None:
         opening = self._spill.path is None
@@ -259,6 +264,10 @@ class EventBuffer:
         """Events held in memory: pending, being written, or to be retried."""
         unsure = 0 if self._unsure is None else len(self._unsure.events)
         return len(self._events) + self._taken + unsure
+
+    def _set_room_locked(self) -> None:
+        """Recount ``_room`` after events were taken by a write or given back."""
+        self._room = self.max_buffered - (self._memory_locked() - len(self._events))
 
     def _held(self) -> int:
         # Said at exit, where a daemon thread may hold the lock for good: then count racily.
@@ -379,6 +388,7 @@ class EventBuffer:
                 events.extend(self._spill.read(room))
             queue.append(_Batch(events))
             self._taken = sum(len(batch.events) for batch in queue)
+            self._set_room_locked()
             unspillable, self._unspillable = self._unspillable, []
             backlog = bool(self._spill.count)
             # While events are spilled, the summaries (and closing the store) wait for them.
@@ -426,6 +436,7 @@ class EventBuffer:
         finally:  # written: a blocked invoke may return, once the store it opened is closed
             with self._lock:
                 self._taken = 0
+                self._set_room_locked()
                 if taken is not None:
                     self._written_ticket = max(self._written_ticket, taken)
 
@@ -538,6 +549,7 @@ class EventBuffer:
             self._taken = 0
             if batch.events:
                 self._unsure = batch
+            self._set_room_locked()
             newer = self._summaries
             self._summaries = dict(summaries)
             self._summaries.update(newer)
