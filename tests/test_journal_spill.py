@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,9 +22,10 @@ from typing import Any
 
 import orjson
 import pytest
+from langchain_core.messages import AIMessage
 
 from deerflow_journal import RunJournal, SqliteRunEventStore
-from deerflow_journal.journal.spill import SPILL_PREFIX, report_leftover_spills
+from deerflow_journal.journal.spill import SPILL_PREFIX, SpillFile, report_leftover_spills
 from tests.journal.agents import QUESTION, agent_graph, ai, scripted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,6 +138,52 @@ async def test_spilled_events_read_back_as_events_never_spilled(tmp_path: Path):
 
     assert len(spilled) == len(expected) == 6
     assert [comparable(e) for e in spilled] == [comparable(e) for e in expected]
+
+
+async def test_events_recorded_while_the_backlog_drains_keep_their_place(tmp_path: Path):
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(run_id="r", thread_id="t", event_store=store, max_buffered_events=10)
+        store.down = True
+        await record(journal, 0, 300)
+        assert journal._writer.buffer._spill.count > 250
+        store.down = False
+        for first in range(300, 400, 5):  # a few at a time while the backlog goes out
+            await record(journal, first, first + 5)
+            await asyncio.sleep(0.001)
+            assert journal._writer.buffer._memory_locked() <= 10
+        await journal.flush()
+        assert not spill_dirs(journal)
+        events = await store.list_events("t", "r", limit=1000)
+    assert [e["content"]["name"] for e in events] == [str(i) for i in range(400)]
+
+
+def test_a_spill_file_gives_events_back_first_in_first_out_then_goes(tmp_path: Path):
+    spill = SpillFile()
+    message = AIMessage("hello", id="m1")
+    spill.append({"n": 0, "content": message})
+    spill.append({"n": 1})
+    path = spill.path
+    assert path is not None and path.is_file()
+    assert spill.read(1) == [{"n": 0, "content": message.model_dump()}]
+    spill.append({"n": 2})
+    assert spill.read(10) == [{"n": 1}, {"n": 2}]
+    assert spill.count == 0 and spill.path is None and not path.parent.exists()
+    assert spill.read(10) == []
+
+
+def test_a_spill_file_cut_short_says_its_events_are_lost(tmp_path: Path, caplog):
+    spill = SpillFile()
+    for n in range(3):
+        spill.append({"n": n})
+    path = spill.path
+    assert path is not None
+    spill.read(0)  # flushes what is written so far
+    path.write_bytes(path.read_bytes()[:-3])  # the last line cut short
+    with caplog.at_level(logging.ERROR):
+        assert spill.read(10) == []
+    assert f"cannot read back the 3 events it spilled to {path}" in caplog.text
+    assert spill.count == 0 and path.is_file()  # kept for whoever wants to look
+    shutil.rmtree(path.parent)
 
 
 def run_script(body: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

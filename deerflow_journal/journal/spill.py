@@ -19,7 +19,6 @@ import os
 import shutil
 import tempfile
 import threading
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -35,8 +34,9 @@ logger = logging.getLogger(__name__)
 SPILL_PREFIX = "deerflow-journal-spill-"
 _FILE_NAME = "events.jsonl"
 
-# Spill files holding events, reported at exit if they still do then.
-_HOLDING: weakref.WeakSet[SpillFile] = weakref.WeakSet()
+# Spill files holding events, reported at exit if they still do then (held strongly: a
+# journal dropped meanwhile still has its file reported).
+_HOLDING: set[SpillFile] = set()
 _leftovers_checked = False
 _leftovers_lock = threading.Lock()
 
@@ -77,10 +77,20 @@ class SpillFile:
         """Take up to ``limit`` events from the front; the file goes once it is emptied."""
         if not self.count or self._writer is None or self._reader is None:
             return []
-        self._writer.flush()
-        events = []
-        for _ in range(min(limit, self.count)):
-            events.append(decode_json(self._reader.readline()))
+        try:
+            self._writer.flush()
+            lines = [self._reader.readline() for _ in range(min(limit, self.count))]
+            events = [decode_json(line) for line in lines]
+        except (OSError, ValueError) as exc:  # a full disk cut a line short, say
+            logger.error(
+                "journal cannot read back the %d events it spilled to %s (%r): they are lost "
+                "(the file is kept)",
+                self.count,
+                self.path,
+                exc,
+            )
+            self._forget()
+            return []
         self.count -= len(events)
         if not self.count:
             self.remove()
@@ -88,12 +98,20 @@ class SpillFile:
 
     def remove(self) -> None:
         """Delete the file and its directory, with whatever they hold."""
+        if self._dir is not None:
+            self._close_handles()
+            shutil.rmtree(self._dir, ignore_errors=True)
+        self._forget()
+
+    def _close_handles(self) -> None:
         for handle in (self._writer, self._reader):
             if handle is not None:
                 with contextlib.suppress(OSError):
                     handle.close()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _forget(self) -> None:
+        """Start afresh, leaving the file where it is."""
+        self._close_handles()
         self._dir = self._writer = self._reader = None
         self.count = 0
         _HOLDING.discard(self)
