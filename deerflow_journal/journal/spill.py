@@ -181,7 +181,7 @@ def _owner(name: str) -> int | None:
     if not name.startswith(SPILL_PREFIX):
         return None
     pid, _, _ = name.removeprefix(SPILL_PREFIX).partition("-")
-    return int(pid) if pid.isdigit() else None
+    return int(pid) if pid.isascii() and pid.isdigit() else None
 
 
 def _alive(pid: int) -> bool:
