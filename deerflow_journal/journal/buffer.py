@@ -377,20 +377,25 @@ class EventBuffer:
         with self._lock:
             # A batch that may have been stored goes first, under its id (a store that took
             # it skips it), then what is pending.
-            queue = collections.deque([] if self._unsure is None else [self._unsure])
+            unsure = self._unsure
+            queue = collections.deque([] if unsure is None else [unsure])
             self._unsure = None
             events = self._events
             self._events = []
-            room = min(_MAX_BATCH, self.max_buffered) - len(events)
-            if self._spill.count and not queue and room > 0:
+            backlog = bool(self._spill.count)
+            if backlog and unsure is None:
                 # Spilled events follow those in memory: the oldest come back to be written
                 # (not while a failed write waits for its retry: the store may still be down).
-                events.extend(self._spill.read(room))
+                room = min(_MAX_BATCH, self.max_buffered) - len(events)
+                if room > 0:
+                    events.extend(self._spill.read(room))
+                    backlog = bool(self._spill.count)
             queue.append(_Batch(events))
-            self._taken = sum(len(batch.events) for batch in queue)
-            self._set_room_locked()
-            unspillable, self._unspillable = self._unspillable, []
-            backlog = bool(self._spill.count)
+            self._taken = len(events) + (0 if unsure is None else len(unsure.events))
+            self._room = self.max_buffered - self._taken
+            unspillable = self._unspillable
+            if unspillable:
+                self._unspillable = []
             # While events are spilled, the summaries (and closing the store) wait for them.
             summaries = [] if backlog else list(self._summaries.items())
             close_after = self._close_when_empty and not backlog
