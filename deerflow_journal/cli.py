@@ -212,7 +212,10 @@ def opened(url: str | None, *, read_only: bool = True) -> Iterator[SyncStore]:
     """The store ``url`` names behind ``SyncStore``, set up (``read_only`` unless writing)."""
     where = url or default_store_url()
     source = "--url" if url else (f"${STORE_URL_ENV}" if os.environ.get(STORE_URL_ENV) else "")
-    options: dict[str, Any] = {} if read_only else {"max_trace_content": None}
+    # An import copies records exactly: nothing is cut again.
+    options: dict[str, Any] = (
+        {} if read_only else {"max_trace_content": None, "max_outputs_content": None}
+    )
     try:
         store = open_sync_store(url, read_only=read_only, **options)
     except (ValueError, TypeError) as exc:
@@ -673,7 +676,7 @@ def _read_export(path: str, name: str) -> tuple[list[tuple[str, str]], int]:
                 kind = item.pop("kind")
                 if kind == "event":
                     item.pop("seq")
-                    event = normalise_event(item, max_trace_content=None)
+                    event = normalise_event(item, max_trace_content=None, max_outputs_content=None)
                     runs[event.thread_id, event.run_id] = None
                     events += 1
                 elif kind == "summary":

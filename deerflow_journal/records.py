@@ -25,6 +25,7 @@ from deerflow_journal.catalog import RUN_EVENT_CATEGORY_MAX_LENGTH, RUN_EVENT_TY
 
 __all__ = [
     "AUTO",
+    "DEFAULT_MAX_OUTPUTS_CONTENT",
     "DEFAULT_MAX_TRACE_CONTENT",
     "ID_MAX_LENGTH",
     "JSON_MAX_LENGTH",
@@ -32,6 +33,7 @@ __all__ = [
     "EventRefused",
     "PendingEvent",
     "RunEvent",
+    "check_max_outputs_content",
     "check_max_trace_content",
     "check_text",
     "current_user_id",
@@ -48,6 +50,9 @@ __all__ = [
 
 ID_MAX_LENGTH = 128
 DEFAULT_MAX_TRACE_CONTENT = 10240
+#: Bytes of outputs-category content kept (``run.end`` holds the whole graph state, which a chat
+#: thread rewrites every turn: uncut, its storage would grow with the square of its turns).
+DEFAULT_MAX_OUTPUTS_CONTENT = 65536
 #: Characters of JSON text an event's content, and its metadata, may each take. PostgreSQL
 #: sets it: jsonb needs up to 6 bytes per character (an array of digits) and holds at most
 #: 2**28 - 1 bytes, and numbers travel spelled in all their digits (``5e-324`` in 326
@@ -386,6 +391,7 @@ def normalise_event(
     event: Mapping[str, Any],
     *,
     max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
     index: int | None = None,
     now: str | None = None,
     default: Callable[[Any], Any] = str,
@@ -394,7 +400,9 @@ def normalise_event(
 
     Raises ``TypeError`` or ``EventRefused`` naming the field, prefixed with ``event {index}:``
     when the event is part of a batch. ``now`` is the timestamp for events without
-    ``created_at`` (a batch shares one); ``default`` encodes values JSON cannot hold.
+    ``created_at`` (a batch shares one); ``default`` encodes values JSON cannot hold. Trace
+    content over ``max_trace_content`` bytes, and outputs content over ``max_outputs_content``,
+    is cut (``None``: kept whole).
     """
     where = "" if index is None else f"event {index}: "
     try:  # free in the common case: no extra call per event
@@ -431,11 +439,18 @@ def normalise_event(
         content = event.get("content", "")
 
         content_json = _encode_field(content, "content", where, default)
-        if max_trace_content is not None and category == "trace":
+        limit = (
+            max_trace_content
+            if category == "trace"
+            else max_outputs_content
+            if category == "outputs"
+            else None
+        )
+        if limit is not None:
             text = _clean_text(content) if isinstance(content, str) else content_json
             raw = text.encode()
-            if len(raw) > max_trace_content:
-                content = raw[:max_trace_content].decode("utf-8", "ignore")
+            if len(raw) > limit:
+                content = raw[:limit].decode("utf-8", "ignore")
                 content_json = encode_json(content)
                 metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
         metadata_json = _encode_field(metadata, "metadata", where, default)
@@ -501,6 +516,7 @@ def normalise_batch(
     events: Sequence[Mapping[str, Any]],
     *,
     max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
     default: Callable[[Any], Any] = str,
 ) -> list[PendingEvent]:
     """Normalise a whole batch before anything is written; errors name the event's index."""
@@ -511,14 +527,24 @@ def normalise_batch(
     now = normalise_created_at(None) if undated else None
     return [
         normalise_event(
-            event, max_trace_content=max_trace_content, index=i, now=now, default=default
+            event,
+            max_trace_content=max_trace_content,
+            max_outputs_content=max_outputs_content,
+            index=i,
+            now=now,
+            default=default,
         )
         for i, event in enumerate(events)
     ]
 
 
-def check_max_trace_content(value: int | None) -> int | None:
+def check_max_trace_content(value: int | None, name: str = "max_trace_content") -> int | None:
     """Validate a store's ``max_trace_content`` option (``None`` disables truncation)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"max_trace_content must be a positive int or None, got {value!r}")
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
     return value
+
+
+def check_max_outputs_content(value: int | None) -> int | None:
+    """Validate a store's ``max_outputs_content`` option (``None`` disables truncation)."""
+    return check_max_trace_content(value, "max_outputs_content")

@@ -823,8 +823,9 @@ def render(contract: Mapping[str, Any]) -> str:
         "",
         "Before a store writes an event it normalises it the same way on every backend"
         " (`records.normalise_event`): `trace` content longer than the store's"
-        " `max_trace_content` (10240 bytes by default) is cut, and the metadata then gets"
-        " `content_truncated: true` and `original_byte_length`.",
+        " `max_trace_content` (10240 bytes by default) is cut, and so is `outputs` content"
+        " longer than its `max_outputs_content` (65536 bytes by default); the metadata then"
+        " gets `content_truncated: true` and `original_byte_length`.",
         "",
     ]
     for alias in contract["legacy_event_aliases"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import aiosqlite
 from langchain_core.messages import HumanMessage
 
 from deerflow_journal import MemoryRunEventStore, RunJournal
+from tests.backends import DEFAULT_PG_DSN, PG_DSN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_journal.py"
@@ -144,3 +146,30 @@ def test_the_integrations_benchmark_prints_every_figure():
     assert done.returncode == 0, done.stdout + done.stderr
     for figure in ("invoke, enable()", "estimate_cost, 2 models", "run_spans, per event"):
         assert figure in done.stdout
+
+
+def pg_dsn() -> str:
+    """The test server the benchmark's PostgreSQL part uses (it says so if unreachable)."""
+    return os.environ.get(PG_DSN_ENV) or DEFAULT_PG_DSN
+
+
+def test_the_concurrent_runs_benchmark_prints_journal_and_floor_rates():
+    tiny = ["--concurrent", "4", "--waves", "1", "--rounds", "1"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_concurrent.py"), *tiny],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DEERFLOW_JOURNAL_TEST_PG_DSN": pg_dsn()},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 concurrent runs sqlite floor: " in done.stdout
+    assert re.search(
+        r"4 concurrent runs sqlite journal: [\d.]+ runs/s  \([\d.]+x floor", done.stdout
+    )
+    if "4 concurrent runs postgres: skipped" in done.stdout:
+        assert os.environ.get("CI") != "true", done.stdout  # CI has a server: it must run
+    else:
+        assert re.search(
+            r"4 concurrent runs postgres journal: [\d.]+ runs/s  \([\d.]+x floor", done.stdout
+        )

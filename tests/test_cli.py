@@ -281,6 +281,35 @@ def test_export_then_import_copies_runs_events_and_summaries(journal_db: str, tm
     assert asyncio.run(read_back(target, "broken"))[1] == [broken]
 
 
+def test_import_copies_large_trace_and_outputs_content_whole(tmp_path: Path):
+    url = f"sqlite:///{tmp_path / 'whole.db'}"
+    big = {"messages": ["x" * 100_000]}
+
+    async def write() -> None:
+        async with open_store(url, max_trace_content=None, max_outputs_content=None) as store:
+            await store.put_batch(
+                [
+                    {
+                        "thread_id": "big",
+                        "run_id": "r",
+                        "event_type": t,
+                        "category": c,
+                        "content": big,
+                    }
+                    for t, c in (("run.start", "trace"), ("run.end", "outputs"))
+                ]
+            )
+            await store.put_run_summary(RunSummary(thread_id="big", run_id="r", status="success"))
+
+    asyncio.run(write())
+    file = tmp_path / "big.jsonl"
+    file.write_text(ok("--url", url, "export", "big"))
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    assert ok("import", str(file), "--url", target).startswith("imported 2 events")
+    copied, _ = asyncio.run(read_back(target, "big"))
+    assert [(e["content"], e["metadata"]) for e in copied] == [(big, {}), (big, {})]
+
+
 def test_export_finds_runs_without_a_summary_through_all_their_messages(tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'plain.db'}"
 

@@ -54,6 +54,15 @@ def test_truncation_can_be_disabled_and_is_validated():
         MemoryRunEventStore(max_trace_content=True)
 
 
+def test_outputs_truncation_can_be_disabled_and_is_validated():
+    outputs = event(event_type="run.end", category="outputs", content="x" * 70000)
+    assert normalise_event(outputs).content == "x" * 65536
+    assert normalise_event(outputs, max_outputs_content=None).content == "x" * 70000
+    for bad in (0, -1, True, 1.5, "65536"):
+        with pytest.raises(ValueError, match="max_outputs_content"):
+            MemoryRunEventStore(max_outputs_content=bad)  # type: ignore[arg-type]
+
+
 def test_truncation_keeps_existing_metadata():
     pending = normalise_event(
         event(content="y" * 50, metadata={"caller": "lead_agent"}), max_trace_content=10
@@ -238,6 +247,8 @@ def test_a_bad_url_from_the_environment_names_the_variable(monkeypatch, url, mes
 
 def test_options_reach_the_constructor():
     assert open_store("memory://", max_trace_content=5).max_trace_content == 5
+    assert open_store("memory://", max_outputs_content=7).max_outputs_content == 7
+    assert open_store("memory://", max_outputs_content=None).max_outputs_content is None
 
 
 def test_lone_surrogates_in_content_become_replacement_characters():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import decimal
+import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -275,6 +276,49 @@ async def test_default_trace_limit_is_10240_bytes_and_other_categories_are_kept_
     assert len(trace["content"]) == 10240
     assert message["content"] == big
     assert "content_truncated" not in message["metadata"]
+
+
+async def test_outputs_content_over_the_default_65536_bytes_is_cut_like_trace_content(store):
+    state = {"messages": ["é" * 30000, "x" * 20000]}  # about 80 kB of JSON: a chat's run.end
+    whole = await store.put(**ev(event_type="run.end", category="outputs", content=state))
+    small = await store.put(**ev(event_type="run.end", category="outputs", content={"k": "v"}))
+    read, kept = await store.list_events(T, "r1")
+    assert (read, kept) == (whole, small)
+    text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+    assert read["content"] == text.encode()[:65536].decode("utf-8", "ignore")
+    assert read["metadata"] == {
+        "content_truncated": True,
+        "original_byte_length": len(text.encode()),
+    }
+    assert kept["content"] == {"k": "v"} and kept["metadata"] == {}
+
+
+async def test_outputs_content_limit_is_a_store_option(backend: Backend):
+    async with backend.make(max_outputs_content=100) as store:
+        await store.put(**ev(event_type="run.end", category="outputs", content="é" * 60))
+        await store.put(**ev(event_type="run.end", category="outputs", content="é" * 50))
+        (cut, whole) = await store.list_events(T, "r1")
+    assert cut["content"] == "é" * 50
+    assert cut["metadata"] == {"content_truncated": True, "original_byte_length": 120}
+    assert whole["content"] == "é" * 50 and whole["metadata"] == {}
+
+
+async def test_max_outputs_content_none_keeps_large_outputs_whole(backend: Backend):
+    big = {"messages": ["é" * 50000]}
+    async with backend.make(max_outputs_content=None) as store:
+        written = await store.put(**ev(event_type="run.end", category="outputs", content=big))
+        (read,) = await store.list_events(T, "r1")
+    assert read == written
+    assert read["content"] == big and read["metadata"] == {}
+
+
+async def test_outputs_limit_leaves_trace_content_to_the_trace_limit(backend: Backend):
+    async with backend.make(max_trace_content=None, max_outputs_content=10) as store:
+        await store.put(**ev(event_type="llm.error", category="trace", content="t" * 50))
+        await store.put(**ev(event_type="run.end", category="outputs", content="o" * 50))
+        trace, outputs = await store.list_events(T, "r1")
+    assert trace["content"] == "t" * 50
+    assert outputs["content"] == "o" * 10
 
 
 # -- created_at -----------------------------------------------------------------------------

@@ -11,6 +11,11 @@ written once, and nothing is lost or reordered. A store that refuses an event fo
 batch is split until the refused events are found, and those are dropped, logged at ERROR and
 counted in their runs' summaries. Writes run on an event loop chosen by the caller, as
 tracked tasks or futures, one at a time.
+
+Memory is bounded: past ``max_buffered`` events held, the next ones go in order to a
+``SpillFile`` and come back, oldest first, once the store takes what memory holds; run
+summaries wait until the spilled events are written. A write sends at most ``_MAX_BATCH``
+events at a time, so a long backlog reaches the store in bounded batches.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from typing import Any
 
 from deerflow_journal.journal.loops import on_background_loop, running_loop
 from deerflow_journal.journal.mapping import MessageEncoder
+from deerflow_journal.journal.spill import SpillFile, report_leftover_spills
 from deerflow_journal.records import (
+    DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
     EventRefused,
     decode_json,
@@ -47,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 
 SummaryBuilder = Callable[[], RunSummary]
+#: The most events one store write takes (a backlog goes out in batches of this size).
+_MAX_BATCH = 1000
 
 
 def _timestamped(event: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +103,8 @@ class _Batch:
 
     events: list[dict[str, Any]]
     batch_id: str = field(default_factory=lambda: _new_batch_id())
+    #: Whether a write of it was tried (its id then stands for these events: never split).
+    sent: bool = False
 
 
 @dataclass(slots=True)
@@ -172,19 +183,35 @@ class EventBuffer:
     Args:
         store: Where batches go.
         threshold: ``add`` reports a full buffer at this many pending events.
+        wait_timeout: Seconds a blocking wait waits for the store.
+        max_buffered: Events held in memory at most; the next ones spill to a file.
     """
 
     def __init__(
-        self, store: RunEventStore | JournalStore, threshold: int, wait_timeout: float = 30.0
+        self,
+        store: RunEventStore | JournalStore,
+        threshold: int,
+        wait_timeout: float = 30.0,
+        max_buffered: int = 100_000,
     ) -> None:
+        report_leftover_spills()
         self.store = store
         self.threshold = threshold
+        self.max_buffered = max_buffered
         self._journal_batches = _takes_journal_batches(store)  # the store never changes
         self.wait_timeout = wait_timeout
         self._lock = threading.Lock()
         self._events: list[dict[str, Any]] = []
         #: A batch whose write failed in a way that may have stored it (retried first, alone).
         self._unsure: _Batch | None = None
+        #: Events after those in memory, once memory holds ``max_buffered``.
+        self._spill = SpillFile(self._held)
+        #: Events the running write took from memory (they still take memory).
+        self._taken = 0
+        #: How many events ``_events`` may hold (the bound less those taken or to retry).
+        self._room = max_buffered
+        #: Events that could not be spilled (nor stored): dropped by the next write.
+        self._unspillable: list[tuple[dict[str, Any], Exception]] = []
         #: Told the events a store refused (after they are logged and dropped).
         self.on_dropped: Callable[[list[dict[str, Any]]], None] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
@@ -207,9 +234,53 @@ class EventBuffer:
         every event.
         """
         with self._lock:
-            self._events.append(event)
             self._ticket += 1
-            return len(self._events) >= self._next_write_at and self._write is None
+            events = self._events
+            if len(events) < self._room and not self._spill.count:
+                events.append(event)
+                waiting = len(events)
+            else:
+                self._spill_locked(event)
+                waiting = self._waiting_locked()
+            return waiting >= self._next_write_at and self._write is None
+
+    def _spill_locked(self, event: dict[str, Any]) -> None:
+        opening = self._spill.path is None
+        try:
+            self._spill.append(_timestamped(event))
+        except MemoryError:
+            raise
+        except Exception as exc:  # no store could encode it either: dropped by the next write
+            self._unspillable.append((event, exc))
+        if opening and self._spill.path is not None:
+            logger.warning(
+                "journal holds %d events in memory, its bound, that its store has not taken "
+                "yet: the next ones go to %s until it does",
+                self._memory_locked(),
+                self._spill.path,
+            )
+
+    def _memory_locked(self) -> int:
+        """Events held in memory: pending, being written, or to be retried."""
+        unsure = 0 if self._unsure is None else len(self._unsure.events)
+        return len(self._events) + self._taken + unsure
+
+    def _set_room_locked(self) -> None:
+        """Recount ``_room`` after events were taken by a write or given back."""
+        self._room = self.max_buffered - (self._memory_locked() - len(self._events))
+
+    def _held(self) -> int:
+        # Said at exit, where a daemon thread may hold the lock for good: then count racily.
+        locked = self._lock.acquire(timeout=1.0)
+        try:
+            return self._memory_locked()
+        finally:
+            if locked:
+                self._lock.release()
+
+    def _waiting_locked(self) -> int:
+        """Events waiting for a write to take them."""
+        return len(self._events) + self._spill.count
 
     def put_summary(self, key: tuple[str, str], build: SummaryBuilder) -> None:
         """Queue the summary of run ``key`` (thread id, run id), built when it is written."""
@@ -237,7 +308,8 @@ class EventBuffer:
             self._start_locked(loop)
 
     def _pending_locked(self) -> bool:
-        return bool(self._events or self._summaries or self._unsure)
+        pending = self._events or self._summaries or self._unsure or self._unspillable
+        return bool(pending or self._spill.count)
 
     def _start_locked(self, loop: asyncio.AbstractEventLoop) -> _Write | None:
         if self._write is not None and self._write.is_dead():
@@ -287,12 +359,14 @@ class EventBuffer:
                 events = self._unwritten_locked()
                 runs = sorted({str(event.get("run_id")) for event in events})
                 count, summaries = len(events), len(self._summaries)
+                spilled = self._spilled_locked()
             logger.error(
-                "journal could not write %d events of runs %s and %d run summaries before "
+                "journal could not write %d events of runs %s%s and %d run summaries before "
                 "its event loop closed (%r): call `await journal.flush()` before the "
                 "program's asyncio.run() returns",
                 count,
                 ", ".join(runs) or "-",
+                spilled,
                 summaries,
                 exc,
             )
@@ -303,26 +377,49 @@ class EventBuffer:
         with self._lock:
             # A batch that may have been stored goes first, under its id (a store that took
             # it skips it), then what is pending.
-            queue = collections.deque([] if self._unsure is None else [self._unsure])
+            unsure = self._unsure
+            queue = collections.deque([] if unsure is None else [unsure])
             self._unsure = None
-            queue.append(_Batch(self._events))
+            events = self._events
             self._events = []
-            summaries = list(self._summaries.items())
-            self._summaries.clear()
-            close_after = self._close_when_empty
-            self._close_when_empty = False
-            self._write_all = False  # this write takes everything write_pending asked for
-            taken = self._ticket
+            backlog = bool(self._spill.count)
+            if backlog and unsure is None:
+                # Spilled events follow those in memory: the oldest come back to be written
+                # (not while a failed write waits for its retry: the store may still be down).
+                room = min(_MAX_BATCH, self.max_buffered) - len(events)
+                if room > 0:
+                    events.extend(self._spill.read(room))
+                    backlog = bool(self._spill.count)
+            queue.append(_Batch(events))
+            self._taken = len(events) + (0 if unsure is None else len(unsure.events))
+            self._room = self.max_buffered - self._taken
+            unspillable = self._unspillable
+            if unspillable:
+                self._unspillable = []
+            # While events are spilled, the summaries (and closing the store) wait for them.
+            summaries = [] if backlog else list(self._summaries.items())
+            close_after = self._close_when_empty and not backlog
+            if not backlog:
+                self._summaries.clear()
+                self._close_when_empty = False
+                self._write_all = False  # this write takes everything write_pending asked for
+            taken = None if backlog else self._ticket
+        for event, error in unspillable:
+            self._dropped([event], error)
         retry = queue[0] if len(queue) > 1 else None
         summaries_written = False
         while queue:
             batch = queue.popleft()
+            if len(batch.events) > _MAX_BATCH and not batch.sent:  # a backlog: in parts
+                queue.appendleft(_Batch(batch.events[_MAX_BATCH:]))
+                batch.events = batch.events[:_MAX_BATCH]
             last = not queue
             # The summaries go with the last events, and with a retried batch as before (a
             # refused summary writes nothing of its batch); an upsert may repeat.
             carried = summaries if last or batch is retry else []
             if not batch.events and (not carried or summaries_written):
                 continue
+            batch.sent = True
             try:
                 written = await self._send(batch, carried)
                 summaries_written = summaries_written or (written and bool(carried))
@@ -343,7 +440,10 @@ class EventBuffer:
                 await self.store._release()  # the journal's own store: reopens on use
         finally:  # written: a blocked invoke may return, once the store it opened is closed
             with self._lock:
-                self._written_ticket = max(self._written_ticket, taken)
+                self._taken = 0
+                self._set_room_locked()
+                if taken is not None:
+                    self._written_ticket = max(self._written_ticket, taken)
 
     def _refused(
         self,
@@ -413,6 +513,9 @@ class EventBuffer:
                     max_trace_content=getattr(
                         self.store, "max_trace_content", DEFAULT_MAX_TRACE_CONTENT
                     ),
+                    max_outputs_content=getattr(
+                        self.store, "max_outputs_content", DEFAULT_MAX_OUTPUTS_CONTENT
+                    ),
                     default=MessageEncoder(),
                 )
             except (ValueError, TypeError):
@@ -440,9 +543,18 @@ class EventBuffer:
         close_after: bool,
     ) -> None:
         with self._lock:
-            self._events[:0] = [event for part in later for event in part.events]
+            # Put back in front, in order; the first list is reused (a backlog is long).
+            parts = [part.events for part in later if part.events]
+            if parts:
+                front = parts[0]
+                for part in parts[1:]:
+                    front.extend(part)
+                front.extend(self._events)
+                self._events = front
+            self._taken = 0
             if batch.events:
                 self._unsure = batch
+            self._set_room_locked()
             newer = self._summaries
             self._summaries = dict(summaries)
             self._summaries.update(newer)
@@ -458,10 +570,11 @@ class EventBuffer:
             if self._write is write:
                 self._write = None
             if future.cancelled() or error is not None:
-                self._next_write_at = (len(self._events) // self.threshold + 1) * self.threshold
+                waiting = self._waiting_locked()
+                self._next_write_at = (waiting // self.threshold + 1) * self.threshold
                 return
             self._next_write_at = self.threshold
-            if self._write_all or len(self._events) >= self.threshold:
+            if self._write_all or self._spill.count or len(self._events) >= self.threshold:
                 self._start_locked(write.loop)
 
     # -- waiting -----------------------------------------------------------------------------
@@ -528,13 +641,21 @@ class EventBuffer:
         unsure = [] if self._unsure is None else self._unsure.events
         return unsure + self._events
 
+    def _spilled_locked(self) -> str:
+        """What the spill file holds, said after the events in memory (empty if nothing)."""
+        if not self._spill.count:
+            return ""
+        return f" (and {self._spill.count} more kept in {self._spill.path})"
+
     def _log_unwritten(self, timeout: float) -> None:
         with self._lock:
             events, summaries = len(self._unwritten_locked()), len(self._summaries)
+            spilled = self._spilled_locked()
         logger.error(
             "journal gave up after %.1f s waiting for its store: a write is still in flight; "
-            "%d more events and %d run summaries are not written",
+            "%d more events%s and %d run summaries are not written",
             timeout,
             events,
+            spilled,
             summaries,
         )

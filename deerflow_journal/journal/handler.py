@@ -110,6 +110,10 @@ class RunJournal(GraphCallbackHandler):
             journal's background loop. A ``SyncStore`` hands over its store, run on its loop.
         track_token_usage: Count tokens (``False`` leaves every token figure at zero).
         flush_threshold: Write a batch in the background once this many events are pending.
+        max_buffered_events: Events kept in memory at most while the store does not take
+            them (it is down, say); the next ones go in order to a file in a temporary
+            directory and are written once the store answers, then the file is removed. A
+            process that exits with events in that file says at ERROR where it is.
         progress_reporter: Async callable receiving ``get_completion_data()`` snapshots.
         progress_flush_interval: Minimum seconds between two progress snapshots.
         workspace_roots: Directories whose file changes each run records as one
@@ -132,6 +136,7 @@ class RunJournal(GraphCallbackHandler):
         *,
         track_token_usage: bool = True,
         flush_threshold: int = 20,
+        max_buffered_events: int = 100_000,
         progress_reporter: ProgressReporter | None = None,
         progress_flush_interval: float = 5.0,
         workspace_roots: Iterable[WorkspaceRoot] | None = None,
@@ -141,6 +146,10 @@ class RunJournal(GraphCallbackHandler):
             raise TypeError(f"flush_threshold must be an int, got {flush_threshold!r}")
         if flush_threshold < 1:
             raise ValueError(f"flush_threshold must be at least 1, got {flush_threshold}")
+        if isinstance(max_buffered_events, bool) or not isinstance(max_buffered_events, int):
+            raise TypeError(f"max_buffered_events must be an int, got {max_buffered_events!r}")
+        if max_buffered_events < 1:
+            raise ValueError(f"max_buffered_events must be at least 1, got {max_buffered_events}")
         if progress_flush_interval < 0:
             raise ValueError("progress_flush_interval must not be negative")
         for name, value in (("run_id", run_id), ("thread_id", thread_id)):
@@ -173,6 +182,7 @@ class RunJournal(GraphCallbackHandler):
             owns_store=owned,
             flush_threshold=flush_threshold,
             progress=progress,
+            max_buffered_events=max_buffered_events,
         )
         self._writer.buffer.on_dropped = self._events_dropped
 

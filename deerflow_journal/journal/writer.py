@@ -55,6 +55,8 @@ class JournalWriter:
             when the program exits: what it still buffers is written out then).
         flush_threshold: Pending events that start a background write.
         progress: Throttled progress reporting, if any.
+        max_buffered_events: Events held in memory at most while the store does not take
+            them; the next ones spill to a temporary file.
     """
 
     #: Seconds each blocking wait (``close()``, the end of a plain ``invoke``) waits for the
@@ -68,8 +70,9 @@ class JournalWriter:
         owns_store: bool,
         flush_threshold: int,
         progress: ProgressThrottle | None,
+        max_buffered_events: int = 100_000,
     ) -> None:
-        self.buffer = EventBuffer(store, flush_threshold, self.wait_timeout)
+        self.buffer = EventBuffer(store, flush_threshold, self.wait_timeout, max_buffered_events)
         self.owns_store = owns_store
         self.progress = progress
         #: The loop of the latest run started under ``ainvoke``.

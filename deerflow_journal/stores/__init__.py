@@ -43,8 +43,9 @@ def open_store(url: str | None = None, *, read_only: bool = False, **options: An
 
     ``memory://``, ``jsonl:///dir``, ``sqlite:///path.db`` and ``postgresql://...``. As in
     SQLAlchemy URLs, three slashes start a relative path and four an absolute one
-    (``sqlite:////var/lib/journal.db``). Extra keyword options (``max_trace_content``) go to
-    the store's constructor. The store is not set up yet: use ``async with open_store(url)``.
+    (``sqlite:////var/lib/journal.db``). Extra keyword options (``max_trace_content``,
+    ``max_outputs_content``) go to the store's constructor. The store is not set up yet: use
+    ``async with open_store(url)``.
 
     ``read_only=True`` opens a store that only reads: it refuses writes and deletes with
     ``ReadOnlyStoreError``, creates and migrates nothing, and reads SQLite files and JSONL

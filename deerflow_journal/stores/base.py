@@ -45,10 +45,12 @@ from deerflow_journal.catalog import (
 )
 from deerflow_journal.records import (
     AUTO,
+    DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
     Auto,
     PendingEvent,
     RunEvent,
+    check_max_outputs_content,
     check_max_trace_content,
     check_text,
     current_user_id,
@@ -351,9 +353,11 @@ class RunEventStore(ABC):
         self,
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
         read_only: bool = False,
     ) -> None:
         self.max_trace_content = check_max_trace_content(max_trace_content)
+        self.max_outputs_content = check_max_outputs_content(max_outputs_content)
         if not isinstance(read_only, bool):
             raise TypeError(f"read_only must be a bool, got {read_only!r}")
         self._read_only = read_only
@@ -452,6 +456,7 @@ class RunEventStore(ABC):
                 thread_id, run_id, event_type, category, content, metadata, created_at, user_id
             ),
             max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
         )
         await self._ready()
         written = await _shielded(self._write(Write([pending])))
@@ -460,7 +465,11 @@ class RunEventStore(ABC):
     async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
         """Append every event atomically, seq in input order; a rejected batch writes nothing."""
         self._check_writable("put a batch")
-        pending = normalise_batch(events, max_trace_content=self.max_trace_content)
+        pending = normalise_batch(
+            events,
+            max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
+        )
         if not pending:
             return []
         await self._ready()
@@ -489,6 +498,7 @@ class RunEventStore(ABC):
                 thread_id, run_id, event_type, category, content, metadata, created_at, user_id
             ),
             max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
         )
         await self._ready()
         written = await _shielded(self._write(Write([pending], if_absent=True)))
@@ -723,7 +733,12 @@ class RunEventStore(ABC):
         self._check_writable("write the journal's batch")
         if batch_id is not None:
             check_text(batch_id, "batch_id")
-        pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
+        pending = normalise_batch(
+            events,
+            max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
+            default=default,
+        )
         data = [_summary_data(summary) for summary in summaries]
         await self._ready()
         return not (await self._write(Write(pending, data, batch_id))).repeated

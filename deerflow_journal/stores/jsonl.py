@@ -39,7 +39,12 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from deerflow_journal.records import DEFAULT_MAX_TRACE_CONTENT, PendingEvent, RunEvent
+from deerflow_journal.records import (
+    DEFAULT_MAX_OUTPUTS_CONTENT,
+    DEFAULT_MAX_TRACE_CONTENT,
+    PendingEvent,
+    RunEvent,
+)
 from deerflow_journal.stores.base import (
     EventQuery,
     MessagePage,
@@ -107,9 +112,14 @@ class JsonlRunEventStore(RunEventStore):
         base_dir: str | os.PathLike[str] = ".deer-flow",
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
         read_only: bool = False,
     ) -> None:
-        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
+        super().__init__(
+            max_trace_content=max_trace_content,
+            max_outputs_content=max_outputs_content,
+            read_only=read_only,
+        )
         # Fixed now: a relative directory must not follow a later chdir (seqs would restart).
         self.base_dir = Path(base_dir).absolute()
         self._caches: OrderedDict[str, ThreadCache] = OrderedDict()

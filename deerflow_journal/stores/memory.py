@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from deerflow_journal.records import (
+    DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
     PendingEvent,
     RunEvent,
@@ -94,9 +95,14 @@ class MemoryRunEventStore(RunEventStore):
         self,
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
         read_only: bool = False,
     ) -> None:
-        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
+        super().__init__(
+            max_trace_content=max_trace_content,
+            max_outputs_content=max_outputs_content,
+            read_only=read_only,
+        )
         self._threads: dict[str, _Thread] = {}
         self._summaries = IndexedSummaries()
         self._activity = ThreadActivity()

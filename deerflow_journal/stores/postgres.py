@@ -34,6 +34,7 @@ except ImportError as exc:
 
 from deerflow_journal.catalog import MIDDLEWARE_EVENT_PATTERN
 from deerflow_journal.records import (
+    DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
     EventRefused,
     PendingEvent,
@@ -341,6 +342,8 @@ class PostgresRunEventStore(RunEventStore):
             of LangGraph's ``AsyncPostgresSaver``; the store never closes a pool it was given
             and does not depend on its connections' autocommit or row factory settings.
         max_trace_content: Byte limit for trace-category content (``None``: no limit).
+        max_outputs_content: Byte limit for outputs-category content, such as ``run.end``'s
+            graph state (``None``: no limit).
         read_only: Only read: every write and delete raises ``ReadOnlyStoreError``, setup never
             migrates (it says so when the schema is missing or old), and the sessions of a
             pool the store opens run read-only, so the server refuses writes too; a pool it is
@@ -352,9 +355,14 @@ class PostgresRunEventStore(RunEventStore):
         dsn_or_pool: str | AsyncConnectionPool,
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
         read_only: bool = False,
     ) -> None:
-        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
+        super().__init__(
+            max_trace_content=max_trace_content,
+            max_outputs_content=max_outputs_content,
+            read_only=read_only,
+        )
         self._probed = False
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             self._dsn: str | None = None
@@ -371,10 +379,18 @@ class PostgresRunEventStore(RunEventStore):
     @classmethod
     @contextlib.asynccontextmanager
     async def from_conn_string(
-        cls, conn_string: str, *, max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT
+        cls,
+        conn_string: str,
+        *,
+        max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
     ) -> AsyncIterator[Self]:
         """Open a set-up store with its own pool on ``conn_string``; close it on exit."""
-        async with cls(conn_string, max_trace_content=max_trace_content) as store:
+        async with cls(
+            conn_string,
+            max_trace_content=max_trace_content,
+            max_outputs_content=max_outputs_content,
+        ) as store:
             yield store
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ import aiosqlite
 
 from deerflow_journal.catalog import MIDDLEWARE_EVENT_PATTERN
 from deerflow_journal.records import (
+    DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
     PendingEvent,
     RunEvent,
@@ -131,6 +132,8 @@ class SqliteRunEventStore(RunEventStore):
             store reads plain rows whatever its row factory, and text whether its text factory
             gives ``str`` or ``bytes``.
         max_trace_content: byte limit of trace-category content (``None``: no limit).
+        max_outputs_content: byte limit of outputs-category content, such as ``run.end``'s
+            graph state (``None``: no limit).
         read_only: only read: writes are refused, nothing is created or migrated, and the
             file may be on storage this process cannot write (see the module docstring).
     """
@@ -140,9 +143,14 @@ class SqliteRunEventStore(RunEventStore):
         path_or_conn: str | os.PathLike[str] | aiosqlite.Connection,
         *,
         max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+        max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
         read_only: bool = False,
     ) -> None:
-        super().__init__(max_trace_content=max_trace_content, read_only=read_only)
+        super().__init__(
+            max_trace_content=max_trace_content,
+            max_outputs_content=max_outputs_content,
+            read_only=read_only,
+        )
         self._path: str | None = None
         self._given: aiosqlite.Connection | None = None
         self._worker: _Worker | None = None

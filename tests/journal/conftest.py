@@ -48,7 +48,12 @@ def journal_events_honour_the_contract(monkeypatch: pytest.MonkeyPatch) -> Itera
         self: RunEventStore, events: Any, summaries: Any, default: Any = str, batch_id: Any = None
     ) -> bool:
         written = await original_journal_batch(self, events, summaries, default, batch_id)
-        pending = normalise_batch(events, max_trace_content=self.max_trace_content, default=default)
+        pending = normalise_batch(
+            events,
+            max_trace_content=self.max_trace_content,
+            max_outputs_content=self.max_outputs_content,
+            default=default,
+        )
         for seq, event in enumerate(pending, start=1):
             check(event.record(seq))
         return written

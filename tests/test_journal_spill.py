@@ -1,0 +1,248 @@
+"""A journal whose store is down keeps at most ``max_buffered_events`` in memory and spills the
+rest, in order, to a temporary file: once the store answers, every event is written once and in
+order, and the file is removed; a process that ends with events spilled says where they are.
+
+These tests sit outside ``tests/journal/`` on purpose: the contract check that fixture runs on
+every written record would dominate a test that writes half a million of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from langchain_core.messages import AIMessage
+
+from deerflow_journal import RunJournal, SqliteRunEventStore
+from deerflow_journal.journal.spill import SPILL_PREFIX, SpillFile, report_leftover_spills
+from tests.journal.agents import QUESTION, agent_graph, ai, scripted
+
+ROOT = Path(__file__).resolve().parent.parent
+HANG_GUARD = 120  # seconds: a guard against a hang, not a time limit
+UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class OutageStore(SqliteRunEventStore):
+    """A real SQLite store whose journal writes fail with ``ConnectionError`` while ``down``
+    is set, as a database server's would while it is unreachable."""
+
+    down = False
+    refused = 0
+
+    async def _put_journal_batch(self, *args: Any, **kwargs: Any) -> bool:
+        if self.down:
+            self.refused += 1
+            raise ConnectionError("store unreachable")
+        return await super()._put_journal_batch(*args, **kwargs)
+
+
+def spill_dirs(journal: RunJournal) -> list[Path]:
+    """The spill directory of the journal's buffer, if it has one now."""
+    path = journal._writer.buffer._spill.path
+    return [] if path is None else [path.parent]
+
+
+async def record(journal: RunJournal, first: int, last: int) -> None:
+    """Record middleware events ``first``..``last - 1``, letting the loop run writes between."""
+    for i in range(first, last):
+        journal.record_middleware("guardrail", name=str(i), hook="h", action="allow", changes={})
+        if i % 200 == 0:
+            await asyncio.sleep(0)
+
+
+@pytest.mark.slow
+async def test_a_store_down_for_500000_events_gets_each_once_in_order_with_memory_bounded(
+    tmp_path: Path,
+):
+    total, bound = 500_000, 100_000  # the default bound
+    store = OutageStore(tmp_path / "journal.db")
+    await store.setup()
+    journal = RunJournal(run_id="r", thread_id="t", event_store=store)
+    assert journal._writer.buffer.max_buffered == bound
+    store.down = True
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        await record(journal, 0, bound)
+        full = tracemalloc.get_traced_memory()[0] - before  # memory holding the bound
+        assert not spill_dirs(journal)
+        await record(journal, bound, total)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    (spill,) = spill_dirs(journal)
+    assert store.refused > 100  # the store was tried, and failed, all along
+    # Memory stays near what the bound takes: the other 400,000 events are in the file.
+    assert peak < 1.5 * full, (peak, full)
+    buffer = journal._writer.buffer
+    assert buffer._memory_locked() <= bound
+    assert buffer._spill.count >= total - bound - 200
+
+    store.down = False
+    await journal.flush()
+    assert not spill.exists()  # removed once drained
+    assert not spill_dirs(journal)
+    events = await store.list_events("t", "r", limit=total + 1)
+    assert [e["content"]["name"] for e in events] == [str(i) for i in range(total)]
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(seqs) and len(set(seqs)) == total
+    await store.close()
+
+
+async def test_spilled_events_read_back_as_events_never_spilled(tmp_path: Path):
+    async def journal_a_run(store: SqliteRunEventStore, thread: str, bound: int) -> list[Any]:
+        journal = RunJournal(event_store=store, max_buffered_events=bound)
+        graph = agent_graph(
+            scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("It is 3.")),
+        )
+        await graph.ainvoke(
+            QUESTION, {"callbacks": [journal], "configurable": {"thread_id": thread}}
+        )
+        if isinstance(store, OutageStore):
+            assert spill_dirs(journal)
+            store.down = False
+        await journal.flush()
+        assert not spill_dirs(journal)
+        assert journal.run_id is not None
+        summary = await store.get_run_summary(thread, journal.run_id)
+        assert summary is not None and summary.status == "success"
+        return await store.list_events(thread, journal.run_id)
+
+    async with SqliteRunEventStore(tmp_path / "healthy.db") as healthy:
+        expected = await journal_a_run(healthy, "t", 1_000)
+    async with OutageStore(tmp_path / "outage.db") as outage:
+        outage.down = True
+        spilled = await journal_a_run(outage, "t", 2)  # all but two go to the file
+
+    def comparable(event: dict[str, Any]) -> tuple[Any, ...]:
+        """The event less what differs between two runs (ids made afresh, latencies)."""
+        metadata = {k: v for k, v in event["metadata"].items() if k != "latency_ms"}
+        content = event["content"]
+        if event["event_type"] == "llm.tool.result":
+            # LangGraph gives the tool's message its id after the tool callback, in place: a
+            # spilled event is encoded before that, as one written at once would be.
+            content = {k: v for k, v in content.items() if k != "id"}
+        text = orjson.dumps([event["event_type"], event["category"], content, metadata])
+        return UUID.sub(b"<id>", text), event["user_id"]
+
+    assert len(spilled) == len(expected) == 6
+    assert [comparable(e) for e in spilled] == [comparable(e) for e in expected]
+
+
+async def test_events_recorded_while_the_backlog_drains_keep_their_place(tmp_path: Path):
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(run_id="r", thread_id="t", event_store=store, max_buffered_events=10)
+        store.down = True
+        await record(journal, 0, 300)
+        assert journal._writer.buffer._spill.count > 250
+        store.down = False
+        for first in range(300, 400, 5):  # a few at a time while the backlog goes out
+            await record(journal, first, first + 5)
+            await asyncio.sleep(0.001)
+            assert journal._writer.buffer._memory_locked() <= 10
+        await journal.flush()
+        assert not spill_dirs(journal)
+        events = await store.list_events("t", "r", limit=1000)
+    assert [e["content"]["name"] for e in events] == [str(i) for i in range(400)]
+
+
+def test_a_spill_file_gives_events_back_first_in_first_out_then_goes(tmp_path: Path):
+    spill = SpillFile()
+    message = AIMessage("hello", id="m1")
+    spill.append({"n": 0, "content": message})
+    spill.append({"n": 1})
+    path = spill.path
+    assert path is not None and path.is_file()
+    assert spill.read(1) == [{"n": 0, "content": message.model_dump()}]
+    spill.append({"n": 2})
+    assert spill.read(10) == [{"n": 1}, {"n": 2}]
+    assert spill.count == 0 and spill.path is None and not path.parent.exists()
+    assert spill.read(10) == []
+
+
+def test_a_spill_file_cut_short_says_its_events_are_lost(tmp_path: Path, caplog):
+    spill = SpillFile()
+    for n in range(3):
+        spill.append({"n": n})
+    path = spill.path
+    assert path is not None
+    spill.read(0)  # flushes what is written so far
+    path.write_bytes(path.read_bytes()[:-3])  # the last line cut short
+    with caplog.at_level(logging.ERROR):
+        assert spill.read(10) == []
+    assert f"cannot read back the 3 events it spilled to {path}" in caplog.text
+    assert spill.count == 0 and path.is_file()  # kept for whoever wants to look
+    shutil.rmtree(path.parent)
+
+
+def run_script(body: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` in a fresh interpreter whose temporary directory is ``tmp_path``."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},
+        cwd=ROOT,
+        timeout=HANG_GUARD,
+    )
+
+
+SPILLING_PROCESS = """
+    import asyncio, os, signal, sys
+    from tests.test_journal_spill import OutageStore, record
+    from deerflow_journal import RunJournal
+
+    async def main():
+        store = OutageStore(sys.argv[1])
+        await store.setup()
+        store.down = True
+        journal = RunJournal(run_id="r", thread_id="t", event_store=store, max_buffered_events=10)
+        await record(journal, 0, 50)
+        print(journal._writer.buffer._spill.path, flush=True)
+        if sys.argv[2] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    asyncio.run(main())
+"""
+
+
+async def test_a_process_that_exits_with_events_spilled_says_where_they_are(tmp_path: Path):
+    done = run_script(SPILLING_PROCESS, tmp_path, str(tmp_path / "journal.db"), "exit")
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip())
+    assert path.parent.name.startswith(SPILL_PREFIX) and path.parent.parent == tmp_path
+    (said,) = [line for line in done.stderr.splitlines() if "journal exits with" in line]
+    lines = path.read_text().splitlines()
+    assert f"{len(lines)} events its store did not take, kept in {path}" in said
+    assert len(lines) == 40  # the bound, 10, stayed in memory: lost, and said so
+    assert "and 10 more in memory, lost" in said
+    # Each line is an event as put_batch takes it: the user can write them.
+    async with SqliteRunEventStore(tmp_path / "recovered.db") as store:
+        await store.put_batch([orjson.loads(line) for line in lines])
+        events = await store.list_events("t", "r")
+    assert [e["content"]["name"] for e in events] == [str(i) for i in range(10, 50)]
+
+
+async def test_a_spill_file_left_by_a_killed_process_is_reported(tmp_path: Path, caplog):
+    done = run_script(SPILLING_PROCESS, tmp_path, str(tmp_path / "journal.db"), "kill")
+    assert done.returncode != 0 and "journal exits with" not in done.stderr
+    path = Path(done.stdout.strip())
+    assert path.is_file()
+    with caplog.at_level(logging.ERROR):
+        found = report_leftover_spills(str(tmp_path), again=True)
+    assert found == [path]
+    (said,) = [r for r in caplog.records if str(path) in r.getMessage()]
+    assert said.levelno == logging.ERROR and "never wrote" in said.getMessage()
