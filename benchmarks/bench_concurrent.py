@@ -10,7 +10,8 @@ with bench_journal's ``FloorHandler`` (the least any journal does for these runs
 and not a journal) writing each run's rows in one transaction. Waves of the two alternate, so
 load from other processes reaches both alike. Prints runs per second of each, and the
 journal's as a ratio to the floor's (the median of same-round ratios; target >= 0.8x):
-first on SQLite (the store's file, the floor in a table of its own in that file), then on
+first on SQLite (the store's file, the floor in a table of its own in that file, through one
+connection, one run's transaction at a time), then on
 PostgreSQL (one fresh schema, dropped at the end; the floor through a pool as large as the
 store's), or why PostgreSQL was skipped. ``--profile`` prints where the journal's SQLite
 waves spend their time (cProfile, top functions by cumulative time).
@@ -136,6 +137,19 @@ def report(backend: str, concurrent: int, figures: tuple[float, float, Any]) -> 
 # -- SQLite --------------------------------------------------------------------------------------
 
 
+class SerialFloorTable(FloorTable):
+    """bench_journal's floor table, its runs' transactions one at a time: it has one
+    connection (as the store has), which concurrent transactions would misuse."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        super().__init__(db)
+        self.lock = asyncio.Lock()
+
+    async def write(self, rows: list[Row]) -> None:
+        async with self.lock:
+            await super().write(rows)
+
+
 @contextlib.asynccontextmanager
 async def sqlite_waves(tmp: str, concurrent: int) -> AsyncIterator[tuple[Wave, Wave]]:
     """The journal and floor waves on one SQLite file."""
@@ -147,7 +161,10 @@ async def sqlite_waves(tmp: str, concurrent: int) -> AsyncIterator[tuple[Wave, W
         await floor_db.execute("PRAGMA journal_mode=WAL")
         await floor_db.execute("PRAGMA synchronous=NORMAL")
         await floor_db.executescript(FLOOR_SCHEMA)
-        yield journal_wave(store, concurrent), floor_wave(FloorTable(floor_db).write, concurrent)
+        yield (
+            journal_wave(store, concurrent),
+            floor_wave(SerialFloorTable(floor_db).write, concurrent),
+        )
     finally:
         await floor_db.close()
         await store.close()
