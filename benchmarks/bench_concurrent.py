@@ -9,8 +9,10 @@ and ends when every run's events are stored. Beside it, on the same database, th
 with bench_journal's ``FloorHandler`` (the least any journal does for these runs, a baseline
 and not a journal) writing each run's rows in one transaction. Waves of the two alternate, so
 load from other processes reaches both alike. Prints runs per second of each, and the
-journal's as a ratio to the floor's (the median of same-round ratios; target >= 0.8x):
-first on SQLite (the store's file, the floor in a table of its own in that file), then on
+journal's as a ratio to the floor's (the median of same-round ratios; target >= 0.8x), and
+the CPU time this process spent per run in each (the store's server not included):
+first on SQLite (the store's file, the floor in a table of its own in that file, through one
+connection, one run's transaction at a time), then on
 PostgreSQL (one fresh schema, dropped at the end; the floor through a pool as large as the
 store's), or why PostgreSQL was skipped. ``--profile`` prints where the journal's SQLite
 waves spend their time (cProfile, top functions by cumulative time).
@@ -30,6 +32,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,46 +97,84 @@ def floor_wave(write: Write, concurrent: int) -> Wave:
     return wave
 
 
-async def runs_per_second(
-    journal: Wave, floor: Wave, concurrent: int, waves: int, rounds: int
-) -> tuple[float, float, tuple[float, float, float]]:
-    """Runs/s of the journal and of the floor (medians over rounds), and the journal's ratio
-    to the floor (median, min, max of same-round ratios)."""
+@dataclass
+class Figures:
+    """One variant's medians over rounds, and the journal's same-round ratios to the floor."""
+
+    journal_rate: float
+    floor_rate: float
+    rate_ratios: list[float]
+    journal_cpu: float  # this process's CPU ms per run, every thread
+    floor_cpu: float
+    cpu_ratios: list[float]
+
+
+async def measure(journal: Wave, floor: Wave, concurrent: int, waves: int, rounds: int) -> Figures:
+    """Runs/s and CPU per run of the journal and of the floor, in alternating waves."""
     agent = build_agent()
     for wave in (journal, floor):
         await wave(agent, -1)  # warm up
     rates: dict[str, list[float]] = {"journal": [], "floor": []}
+    cpu: dict[str, list[float]] = {"journal": [], "floor": []}
     number = 0
     for _ in range(rounds):
         spent = {"journal": 0.0, "floor": 0.0}
+        used = {"journal": 0.0, "floor": 0.0}
         for _ in range(waves):
             for name, wave in (("journal", journal), ("floor", floor)):
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 await wave(agent, number)
                 spent[name] += time.perf_counter() - started
+                used[name] += time.process_time() - cpu_started
                 number += 1
-        for name, seconds in spent.items():
-            rates[name].append(concurrent * waves / seconds)
-    ratios = [j / f for j, f in zip(rates["journal"], rates["floor"], strict=True)]
-    return (
+        for name in spent:
+            rates[name].append(concurrent * waves / spent[name])
+            cpu[name].append(used[name] / (concurrent * waves) * 1e3)
+    return Figures(
         statistics.median(rates["journal"]),
         statistics.median(rates["floor"]),
-        (statistics.median(ratios), min(ratios), max(ratios)),
+        [j / f for j, f in zip(rates["journal"], rates["floor"], strict=True)],
+        statistics.median(cpu["journal"]),
+        statistics.median(cpu["floor"]),
+        [j / f for j, f in zip(cpu["journal"], cpu["floor"], strict=True)],
     )
 
 
-def report(backend: str, concurrent: int, figures: tuple[float, float, Any]) -> None:
-    journal, floor, (ratio, low, high) = figures
+def spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f}x floor, rounds {min(ratios):.2f}-{max(ratios):.2f}"
+
+
+def report(backend: str, concurrent: int, figures: Figures) -> None:
     label = f"{concurrent} concurrent runs {backend}"
-    line(f"{label} floor", f"{floor:.1f} runs/s", "the least any journal does, a baseline")
+    note = "the least any journal does, a baseline"
+    line(f"{label} floor", f"{figures.floor_rate:.1f} runs/s", note)
     line(
         f"{label} journal",
-        f"{journal:.1f} runs/s",
-        f"{ratio:.2f}x floor, rounds {low:.2f}-{high:.2f}; target >= 0.8x",
+        f"{figures.journal_rate:.1f} runs/s",
+        f"{spread(figures.rate_ratios)}; target >= 0.8x",
+    )
+    line(f"{label} floor CPU", f"{figures.floor_cpu:.2f} ms per run", "this process, every thread")
+    line(
+        f"{label} journal CPU",
+        f"{figures.journal_cpu:.2f} ms per run",
+        f"{spread(figures.cpu_ratios)}; less noisy than the rates on a busy machine",
     )
 
 
 # -- SQLite --------------------------------------------------------------------------------------
+
+
+class SerialFloorTable(FloorTable):
+    """bench_journal's floor table, its runs' transactions one at a time: it has one
+    connection (as the store has), which concurrent transactions would misuse."""
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        super().__init__(db)
+        self.lock = asyncio.Lock()
+
+    async def write(self, rows: list[Row]) -> None:
+        async with self.lock:
+            await super().write(rows)
 
 
 @contextlib.asynccontextmanager
@@ -147,7 +188,10 @@ async def sqlite_waves(tmp: str, concurrent: int) -> AsyncIterator[tuple[Wave, W
         await floor_db.execute("PRAGMA journal_mode=WAL")
         await floor_db.execute("PRAGMA synchronous=NORMAL")
         await floor_db.executescript(FLOOR_SCHEMA)
-        yield journal_wave(store, concurrent), floor_wave(FloorTable(floor_db).write, concurrent)
+        yield (
+            journal_wave(store, concurrent),
+            floor_wave(SerialFloorTable(floor_db).write, concurrent),
+        )
     finally:
         await floor_db.close()
         await store.close()
@@ -159,7 +203,7 @@ async def bench_sqlite(concurrent: int, waves: int, rounds: int, profile: bool) 
             report(
                 "sqlite",
                 concurrent,
-                await runs_per_second(journal, floor, concurrent, waves, rounds),
+                await measure(journal, floor, concurrent, waves, rounds),
             )
             if profile:
                 await profile_waves(journal, waves)
@@ -239,7 +283,7 @@ async def bench_postgres(dsn: str, concurrent: int, waves: int, rounds: int) -> 
                     await conn.execute(statement)
             journal = journal_wave(store, concurrent)
             floor = floor_wave(PgFloorTable(pool).write, concurrent)
-            figures = await runs_per_second(journal, floor, concurrent, waves, rounds)
+            figures = await measure(journal, floor, concurrent, waves, rounds)
             report("postgres", concurrent, figures)
     finally:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:

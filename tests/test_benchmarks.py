@@ -164,6 +164,7 @@ def test_the_concurrent_runs_benchmark_prints_journal_and_floor_rates():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 concurrent runs sqlite floor: " in done.stdout
+    assert re.search(r"4 concurrent runs sqlite journal CPU: [\d.]+ ms per run", done.stdout)
     assert re.search(
         r"4 concurrent runs sqlite journal: [\d.]+ runs/s  \([\d.]+x floor", done.stdout
     )

@@ -151,6 +151,8 @@ def report_leftover_spills(directory: str | None = None, *, again: bool = False)
     temporary directory.
     """
     global _leftovers_checked
+    if _leftovers_checked and not again:  # every journal asks: the common case, unlocked
+        return []
     with _leftovers_lock:
         if _leftovers_checked and not again:
             return []
