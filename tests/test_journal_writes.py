@@ -100,8 +100,27 @@ async def test_a_store_remembers_only_the_latest_batch_ids(store, monkeypatch):
 
     for module in (base, postgres, sqlite):
         monkeypatch.setattr(module, "BATCH_IDS_KEPT", 2)
+        monkeypatch.setattr(module, "BATCH_IDS_PRUNED_EVERY", 1)
     for n in range(4):
         assert await store._put_journal_batch([start_event("t", "r")], [], batch_id=f"b{n}")
     assert not await store._put_journal_batch([start_event("t", "r")], [], batch_id="b3")
     assert not await store._put_journal_batch([start_event("t", "r")], [], batch_id="b2")
     assert await store._put_journal_batch([start_event("t", "r")], [], batch_id="b1")  # forgotten
+
+
+async def test_sql_stores_forget_old_batch_ids_only_every_so_many_batches(store, monkeypatch):
+    import deerflow_journal.stores.base as base
+    import deerflow_journal.stores.postgres as postgres
+    import deerflow_journal.stores.sqlite as sqlite
+
+    for module in (base, postgres, sqlite):
+        monkeypatch.setattr(module, "BATCH_IDS_KEPT", 2)
+        monkeypatch.setattr(module, "BATCH_IDS_PRUNED_EVERY", 4)
+    for n in range(5):
+        assert await store._put_journal_batch([start_event("t", "r")], [], batch_id=f"b{n}")
+    # Every store still knows the last two; the SQL ones forgot only at their 4th batch.
+    assert not await store._put_journal_batch([start_event("t", "r")], [], batch_id="b4")
+    assert not await store._put_journal_batch([start_event("t", "r")], [], batch_id="b3")
+    sql = store.__class__.__name__.startswith(("Sqlite", "Postgres"))
+    assert (not await store._put_journal_batch([], [], batch_id="b2")) == sql
+    assert await store._put_journal_batch([], [], batch_id="b1")  # forgotten everywhere

@@ -255,6 +255,9 @@ class JournalStore(Protocol):
 #: failed before any other write of its own, so only a store shared by many writers needs
 #: more than a few.
 BATCH_IDS_KEPT = 10_000
+#: The SQL stores forget older batch ids on every this many-th batch only (a statement saved
+#: on the others); they remember up to this many more than ``BATCH_IDS_KEPT`` meanwhile.
+BATCH_IDS_PRUNED_EVERY = 64
 
 
 class RecentBatchIds:

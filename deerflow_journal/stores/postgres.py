@@ -47,6 +47,7 @@ from deerflow_journal.records import (
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
     BATCH_IDS_KEPT,
+    BATCH_IDS_PRUNED_EVERY,
     EventQuery,
     MessagePage,
     RunEventStore,
@@ -480,7 +481,8 @@ class PostgresRunEventStore(RunEventStore):
                     recorded = await cur.fetchone()
                     if recorded is None:
                         return Written([], repeated=True)
-                    await cur.execute(_FORGET_OLD_BATCHES, (recorded[0] - BATCH_IDS_KEPT,))
+                    if recorded[0] % BATCH_IDS_PRUNED_EVERY == 0:
+                        await cur.execute(_FORGET_OLD_BATCHES, (recorded[0] - BATCH_IDS_KEPT,))
                 if events:
                     await _lock_threads(conn, {e.thread_id for e in events})
                 if write.if_absent:

@@ -55,6 +55,7 @@ from deerflow_journal.records import (
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
     BATCH_IDS_KEPT,
+    BATCH_IDS_PRUNED_EVERY,
     EventQuery,
     MessagePage,
     RunEventStore,
@@ -612,7 +613,8 @@ def _written(write: Write) -> Statements[Written]:
         recorded = yield _RECORD_BATCH, (write.batch_id,)
         if not recorded:
             return Written([], repeated=True)
-        yield _FORGET_OLD_BATCHES, (recorded[0][0] - BATCH_IDS_KEPT,)
+        if recorded[0][0] % BATCH_IDS_PRUNED_EVERY == 0:
+            yield _FORGET_OLD_BATCHES, (recorded[0][0] - BATCH_IDS_KEPT,)
     if write.if_absent:
         (event,) = write.events
         key = (event.thread_id, event.run_id, event.event_type, event.user_id)
