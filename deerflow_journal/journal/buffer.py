@@ -236,7 +236,7 @@ class EventBuffer:
         with self._lock:
             self._ticket += 1
             events = self._events
-            if len(events) < self._room and not self._spill.count:
+            if len(events) < self._room:  # no room while anything is spilled: order holds
                 events.append(event)
                 waiting = len(events)
             else:
@@ -245,6 +245,7 @@ class EventBuffer:
             return waiting >= self._next_write_at and self._write is None
 
     def _spill_locked(self, event: dict[str, Any]) -> None:
+        self._room = 0
         opening = self._spill.path is None
         try:
             self._spill.append(_timestamped(event))
@@ -266,8 +267,10 @@ class EventBuffer:
         return len(self._events) + self._taken + unsure
 
     def _set_room_locked(self) -> None:
-        """Recount ``_room`` after events were taken by a write or given back."""
-        self._room = self.max_buffered - (self._memory_locked() - len(self._events))
+        """Recount ``_room`` after events were taken by a write or given back (none while
+        events are spilled: new ones go after them)."""
+        held = self._memory_locked() - len(self._events)
+        self._room = 0 if self._spill.count else self.max_buffered - held
 
     def _held(self) -> int:
         # Said at exit, where a daemon thread may hold the lock for good: then count racily.
@@ -392,7 +395,7 @@ class EventBuffer:
                     backlog = bool(self._spill.count)
             queue.append(_Batch(events))
             self._taken = len(events) + (0 if unsure is None else len(unsure.events))
-            self._room = self.max_buffered - self._taken
+            self._room = 0 if backlog else self.max_buffered - self._taken
             unspillable = self._unspillable
             if unspillable:
                 self._unspillable = []

@@ -790,7 +790,13 @@ class RunJournal(GraphCallbackHandler):
         messages = mapping.tool_result_messages(output)
         key = getattr(run_id, "int", run_id)
         with self._lock:
-            state = self._tool_run(key, parent_run_id)
+            runs = self._runs
+            if parent_run_id is None:  # _tool_run, inlined
+                state = runs.get(key)
+            else:
+                state = runs.pop(key, None) or runs.get(
+                    getattr(parent_run_id, "int", parent_run_id)
+                )
             if state is None:
                 return
             state.tool_starts.pop(key, None)
