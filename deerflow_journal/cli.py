@@ -171,16 +171,6 @@ def _when(iso: str | datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _duration(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
-
-
 def _json_line(value: Any) -> bytes:
     return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
 
@@ -296,7 +286,7 @@ def cmd_threads(args: argparse.Namespace, out: _Out) -> None:
         threads = store.list_threads(limit=args.limit)
     if args.json:
         for t in threads:
-            out.line(orjson.dumps(_thread_json(t)).decode())
+            out.line(orjson.dumps(t.to_json_dict()).decode())
         return
     if not threads:
         out.line("no threads yet")
@@ -312,15 +302,6 @@ def cmd_threads(args: argparse.Namespace, out: _Out) -> None:
     for t in threads:
         head = f"{_when(t.last_event_at):<19}  {t.run_count:>{runs}}  {t.last_seq:>{seqs}}  "
         out.line(head + _middle(t.thread_id, out.width - width_of(head)))
-
-
-def _thread_json(t: Any) -> dict[str, Any]:
-    return {
-        "thread_id": t.thread_id,
-        "last_seq": t.last_seq,
-        "last_event_at": t.last_event_at,
-        "run_count": t.run_count,
-    }
 
 
 def cmd_runs(args: argparse.Namespace, out: _Out) -> None:

@@ -37,7 +37,7 @@ from deerflow_journal.cost import model_cost
 from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.summary import RunSummary
 
-__all__ = ["TimelineRow", "render_summary", "render_timeline", "timeline_rows"]
+__all__ = ["TimelineRow", "format_duration", "render_summary", "render_timeline", "timeline_rows"]
 
 #: Longest piece of event text (a message, a result, call arguments) a row keeps.
 _PIECE_CHARS = 240
@@ -570,6 +570,17 @@ def _duration(ms: int | None) -> str:
     if ms is None:
         return ""
     return f" in {ms} ms" if ms < 10_000 else f" in {ms / 1000:.1f} s"
+
+
+def format_duration(ms: int | None) -> str:
+    """A run's duration in a table cell: ``-`` when unknown."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
 
 
 def _model_usage(counts: Mapping[str, int]) -> str:

@@ -51,6 +51,15 @@ class ThreadInfo:
         """What ``list_threads`` orders by, descending."""
         return (self.last_event_at, self.thread_id)
 
+    def to_json_dict(self) -> dict[str, Any]:
+        """The thread as plain JSON values."""
+        return {
+            "thread_id": self.thread_id,
+            "last_seq": self.last_seq,
+            "last_event_at": self.last_event_at,
+            "run_count": self.run_count,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class ThreadQuery:

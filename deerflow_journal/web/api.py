@@ -10,11 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from deerflow_journal.stores.browsing import ThreadInfo
 from deerflow_journal.web import params
 from deerflow_journal.web.reads import Reader
 
-__all__ = ["JSONResponse", "routes", "thread_json"]
+__all__ = ["JSONResponse", "routes"]
 
 
 class JSONResponse(Response):
@@ -29,16 +28,6 @@ class JSONResponse(Response):
 def reader(request: Request) -> Reader:
     """The app's reader (its store and user)."""
     return request.app.state.reader
-
-
-def thread_json(thread: ThreadInfo) -> dict[str, Any]:
-    """A ``ThreadInfo`` as JSON."""
-    return {
-        "thread_id": thread.thread_id,
-        "last_seq": thread.last_seq,
-        "last_event_at": thread.last_event_at,
-        "run_count": thread.run_count,
-    }
 
 
 def thread_cursor(query: Any) -> tuple[str, str] | None:
@@ -59,7 +48,7 @@ async def threads(request: Request) -> Response:
     following = (
         None if last is None else {"before_at": last.last_event_at, "before_thread": last.thread_id}
     )
-    return JSONResponse({"threads": [thread_json(t) for t in page], "next": following})
+    return JSONResponse({"threads": [t.to_json_dict() for t in page], "next": following})
 
 
 async def runs(request: Request) -> Response:

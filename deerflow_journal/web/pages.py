@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from deerflow_journal.catalog import RUN_INTERRUPT_EVENT, RUN_RESUME_EVENT
 from deerflow_journal.summary import RunSummary
-from deerflow_journal.timeline import render_summary
+from deerflow_journal.timeline import format_duration, render_summary
 from deerflow_journal.web import params, timeline_view
 from deerflow_journal.web.api import JSONResponse, reader, thread_cursor
 from deerflow_journal.web.reads import NotFound
@@ -41,17 +41,7 @@ def _cost(summary: RunSummary) -> float | None:
     return summary.estimated_cost_usd
 
 
-def _duration(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
-
-
-_env.filters["duration"] = _duration
+_env.filters["duration"] = format_duration
 _env.globals["cost"] = _cost
 
 
