@@ -177,6 +177,40 @@ async def _at_loop_shutdown(buffers: weakref.WeakSet[EventBuffer]) -> AsyncGener
         await asyncio.gather(*(buffer._write_before_loop_closes() for buffer in list(buffers)))
 
 
+class _FailedWrites:
+    """Says that the store fails writes once, then at most every ``repeat_seconds`` while it
+    goes on failing, and says when a write works again: a store down for an hour logs a line
+    a minute, not one per write."""
+
+    repeat_seconds = 60.0
+
+    def __init__(self) -> None:
+        self.count = 0  # failed writes in a row
+        self._said_at: float | None = None
+        self._said_count = 0
+
+    def failed(self, error: BaseException, unwritten: int) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if self._said_at is not None and now - self._said_at < self.repeat_seconds:
+            return
+        if self._said_at is None:
+            logger.warning("journal write failed; its events stay buffered: %r", error)
+        else:
+            logger.warning(
+                "journal writes still fail (%d in a row); %d events wait: %r",
+                self.count,
+                unwritten,
+                error,
+            )
+        self._said_at, self._said_count = now, self.count
+
+    def succeeded(self) -> None:
+        if self.count > 1:
+            logger.warning("journal writes work again after %d failed in a row", self.count)
+        self.count, self._said_at = 0, None
+
+
 class EventBuffer:
     """Events and run summaries waiting for the store.
 
@@ -216,6 +250,7 @@ class EventBuffer:
         self.on_dropped: Callable[[list[dict[str, Any]]], None] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
+        self._failures = _FailedWrites()
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
         self._close_when_empty = False
@@ -567,18 +602,21 @@ class EventBuffer:
         error = None if future.cancelled() else future.exception()
         if future.cancelled():
             logger.warning("journal write cancelled; its events stay buffered")
-        elif error is not None:
-            logger.warning("journal write failed; its events stay buffered: %r", error)
         with self._lock:
             if self._write is write:
                 self._write = None
             if future.cancelled() or error is not None:
                 waiting = self._waiting_locked()
                 self._next_write_at = (waiting // self.threshold + 1) * self.threshold
-                return
-            self._next_write_at = self.threshold
-            if self._write_all or self._spill.count or len(self._events) >= self.threshold:
-                self._start_locked(write.loop)
+                unwritten = self._memory_locked() + self._spill.count
+            else:
+                self._next_write_at = self.threshold
+                if self._write_all or self._spill.count or len(self._events) >= self.threshold:
+                    self._start_locked(write.loop)
+        if error is not None:
+            self._failures.failed(error, unwritten)
+        elif not future.cancelled():
+            self._failures.succeeded()
 
     # -- waiting -----------------------------------------------------------------------------
 

@@ -199,3 +199,57 @@ async def test_a_row_postgresql_refuses_is_dropped_alone(tmp_path: Path, request
         assert "index row size" in caplog.text
     finally:
         await backend.cleanup()
+
+
+async def test_a_store_down_for_many_writes_is_said_once_and_its_return_too(store, caplog):
+    failures = [ConnectionError(f"server down ({i})") for i in range(6)]
+
+    async def down(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
+        if failures:
+            raise failures.pop(0)
+        return await real(events, summaries, batch_id)
+
+    wrap_writes(store, down)
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    for _ in range(10):  # each flush sends the backlog again until the store answers
+        try:
+            await journal.flush()
+            break
+        except ConnectionError:
+            pass
+    assert not failures
+    sequence, _ = await stored(journal)
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said == [
+        "journal write failed; its events stay buffered: ConnectionError('server down (0)')",
+        "journal writes work again after 6 failed in a row",
+    ]
+
+
+async def test_a_store_that_goes_on_failing_is_said_again_after_a_while(store, caplog, monkeypatch):
+    from deerflow_journal.journal import buffer
+
+    monkeypatch.setattr(buffer._FailedWrites, "repeat_seconds", 0.0)  # every failure is "a while"
+    failures = [ConnectionError("down") for _ in range(3)]
+
+    async def down(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
+        if failures:
+            raise failures.pop(0)
+        return await real(events, summaries, batch_id)
+
+    wrap_writes(store, down)
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    for _ in range(5):
+        with contextlib.suppress(ConnectionError):
+            await journal.flush()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    waiting = len(ONE_TOOL_CALL_SEQUENCE)
+    assert said == [
+        "journal write failed; its events stay buffered: ConnectionError('down')",
+        f"journal writes still fail (2 in a row); {waiting} events wait: ConnectionError('down')",
+        f"journal writes still fail (3 in a row); {waiting} events wait: ConnectionError('down')",
+        "journal writes work again after 3 failed in a row",
+    ]
