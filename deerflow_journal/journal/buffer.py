@@ -53,6 +53,10 @@ __all__ = ["EventBuffer"]
 logger = logging.getLogger(__name__)
 
 
+def _nothing_held() -> int:
+    return 0
+
+
 SummaryBuilder = Callable[[], RunSummary]
 #: The most events one store write takes (a backlog goes out in batches of this size).
 _MAX_BATCH = 1000
@@ -239,7 +243,10 @@ class EventBuffer:
         #: A batch whose write failed in a way that may have stored it (retried first, alone).
         self._unsure: _Batch | None = None
         #: Events after those in memory, once memory holds ``max_buffered``.
-        self._spill = SpillFile(self._held)
+        # Weakly: the buffer owns its spill file, and a bound method would make a cycle that
+        # keeps a dropped journal (and its store) alive until the garbage collector runs.
+        held = weakref.WeakMethod(self._held)
+        self._spill = SpillFile(lambda: (held() or _nothing_held)())
         #: Events the running write took from memory (they still take memory).
         self._taken = 0
         #: How many events ``_events`` may hold (the bound less those taken or to retry).
@@ -247,7 +254,9 @@ class EventBuffer:
         #: Events that could not be spilled (nor stored): dropped by the next write.
         self._unspillable: list[tuple[dict[str, Any], Exception]] = []
         #: Told the events a store refused (after they are logged and dropped).
-        self.on_dropped: Callable[[list[dict[str, Any]]], None] | None = None
+        #: Told of the events dropped for good: a weak reference to its owner's method, so that
+        #: the owner (which holds this buffer) is freed as soon as it is dropped.
+        self.on_dropped: weakref.WeakMethod[Callable[[list[dict[str, Any]]], None]] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
         self._failures = _FailedWrites()
@@ -568,8 +577,9 @@ class EventBuffer:
                 event.get("run_id"),
                 error,
             )
-        if self.on_dropped is not None:
-            self.on_dropped(events)  # their runs' summaries change: written next
+        told = None if self.on_dropped is None else self.on_dropped()
+        if told is not None:
+            told(events)  # their runs' summaries change: written next
         with self._lock:
             self._write_all = True
 

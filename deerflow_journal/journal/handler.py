@@ -10,6 +10,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -184,7 +185,7 @@ class RunJournal(GraphCallbackHandler):
             progress=progress,
             max_buffered_events=max_buffered_events,
         )
-        self._writer.buffer.on_dropped = self._events_dropped
+        self._writer.buffer.on_dropped = weakref.WeakMethod(self._events_dropped)
 
     # -- properties --------------------------------------------------------------------------
 

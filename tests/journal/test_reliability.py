@@ -253,3 +253,19 @@ async def test_a_store_that_goes_on_failing_is_said_again_after_a_while(store, c
         f"journal writes still fail (3 in a row); {waiting} events wait: ConnectionError('down')",
         "journal writes work again after 3 failed in a row",
     ]
+
+
+async def test_a_journal_dropped_after_its_run_is_freed_without_the_cycle_collector(store):
+    import gc
+    import weakref
+
+    journal = RunJournal(event_store=store)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    gone = weakref.ref(journal)
+    gc.disable()  # reference counting alone must free it: no cycle through its buffer
+    try:
+        del journal
+        assert gone() is None
+    finally:
+        gc.enable()
