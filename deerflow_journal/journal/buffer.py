@@ -53,10 +53,6 @@ __all__ = ["EventBuffer"]
 logger = logging.getLogger(__name__)
 
 
-def _nothing_held() -> int:
-    return 0
-
-
 SummaryBuilder = Callable[[], RunSummary]
 #: The most events one store write takes (a backlog goes out in batches of this size).
 _MAX_BATCH = 1000
@@ -243,10 +239,7 @@ class EventBuffer:
         #: A batch whose write failed in a way that may have stored it (retried first, alone).
         self._unsure: _Batch | None = None
         #: Events after those in memory, once memory holds ``max_buffered``.
-        # Weakly: the buffer owns its spill file, and a bound method would make a cycle that
-        # keeps a dropped journal (and its store) alive until the garbage collector runs.
-        held = weakref.WeakMethod(self._held)
-        self._spill = SpillFile(lambda: (held() or _nothing_held)())
+        self._spill = SpillFile(self._held)
         #: Events the running write took from memory (they still take memory).
         self._taken = 0
         #: How many events ``_events`` may hold (the bound less those taken or to retry).

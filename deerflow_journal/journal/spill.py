@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import inspect
 import logging
 import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -52,7 +54,13 @@ class SpillFile:
     """
 
     def __init__(self, in_memory: Callable[[], int] = lambda: 0) -> None:
-        self._in_memory = in_memory
+        # A method of the buffer that owns this file is held weakly (strongly it would keep a
+        # dropped journal alive), and strongly only while events are spilled, so that the exit
+        # report still counts what its owner held.
+        self._in_memory: Callable[[], Callable[[], int] | None] = (
+            weakref.WeakMethod(in_memory) if inspect.ismethod(in_memory) else lambda: in_memory
+        )
+        self._pinned: Callable[[], int] | None = None
         self._dir: Path | None = None
         self._writer: IO[bytes] | None = None
         self._reader: IO[bytes] | None = None
@@ -115,6 +123,7 @@ class SpillFile:
         self._dir = self._writer = self._reader = None
         self.count = 0
         _HOLDING.discard(self)
+        self._pinned = None
 
     def _open(self) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
@@ -122,6 +131,7 @@ class SpillFile:
         self._writer = open(path, "xb")  # noqa: SIM115 - held open while events are spilled
         self._reader = open(path, "rb")  # noqa: SIM115
         _HOLDING.add(self)
+        self._pinned = self._in_memory()
 
     def report_at_exit(self) -> None:
         """Keep the file for the user and say at ERROR where it is and what it holds."""
@@ -134,8 +144,12 @@ class SpillFile:
             "line, as `store.put_batch` takes them), and %d more in memory, lost",
             self.count,
             self.path,
-            self._in_memory(),
+            self._held_in_memory(),
         )
+
+    def _held_in_memory(self) -> int:
+        counter = self._pinned or self._in_memory()
+        return 0 if counter is None else counter()
 
 
 @atexit.register
