@@ -566,12 +566,6 @@ def _cells(values: list[str], widths: list[int]) -> list[str]:
     return cells
 
 
-def _duration(ms: int | None) -> str:
-    if ms is None:
-        return ""
-    return f" in {ms} ms" if ms < 10_000 else f" in {ms / 1000:.1f} s"
-
-
 def format_duration(ms: int | None) -> str:
     """A run's duration in a table cell: ``-`` when unknown."""
     if ms is None:
@@ -616,7 +610,16 @@ def render_summary(summary: RunSummary, *, width: int = 80, color: bool = False)
     tone = _STATUS_COLORS.get(summary.status, "")
     calls = summary.llm_call_count
     rows: list[list[Segment]] = [
-        [("status ", ""), (summary.status, tone), (_duration(summary.duration_ms), "")],
+        [
+            ("status ", ""),
+            (summary.status, tone),
+            (
+                ""
+                if summary.duration_ms is None
+                else f" in {format_duration(summary.duration_ms)}",
+                "",
+            ),
+        ],
         [
             (
                 f"tokens: {summary.total_tokens} total ({summary.total_input_tokens} in, "

@@ -187,7 +187,6 @@ class _FailedWrites:
     def __init__(self) -> None:
         self.count = 0  # failed writes in a row
         self._said_at: float | None = None
-        self._said_count = 0
 
     def failed(self, error: BaseException, unwritten: int) -> None:
         self.count += 1
@@ -203,7 +202,7 @@ class _FailedWrites:
                 unwritten,
                 error,
             )
-        self._said_at, self._said_count = now, self.count
+        self._said_at = now
 
     def succeeded(self) -> None:
         if self.count > 1:

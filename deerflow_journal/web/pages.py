@@ -36,13 +36,7 @@ _env.filters["q"] = lambda value: quote(str(value), safe="")
 _env.filters["when"] = lambda value: "-" if value is None else str(value)[:19].replace("T", " ")
 
 
-def _cost(summary: RunSummary) -> float | None:
-    """The run's estimated cost in USD, ``None`` when some model it used is not priced."""
-    return summary.estimated_cost_usd
-
-
 _env.filters["duration"] = format_duration
-_env.globals["cost"] = _cost
 
 
 def _page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -83,7 +77,7 @@ async def runs_page(request: Request) -> Response:
         "runs.html",
         thread_id=thread_id,
         runs=runs,
-        with_cost=any(_cost(s) is not None for s in runs),
+        with_cost=any(s.estimated_cost_usd is not None for s in runs),
         following=runs[-1].run_id if len(runs) == _PAGE else None,
         paged=before,
     )
