@@ -501,7 +501,7 @@ class PostgresRunEventStore(RunEventStore):
             # insert costs no round trip of its own.
             return Written(_seqs(events, dict(await cur.fetchall())) if events else [])
 
-        with _refusing(_write_named(write)):
+        with _refusing(write):
             if batch_id is None:
                 async with self._connection() as (_, cur):
                     return await work(cur)
@@ -679,8 +679,8 @@ async def _lock_threads(conn: AsyncConnection[Any], thread_ids: set[str]) -> Non
 
 
 @contextlib.contextmanager
-def _refusing(what: str) -> Iterator[None]:
-    """Raise ``EventRefused`` for an error that says PostgreSQL can never store ``what``.
+def _refusing(write: Write) -> Iterator[None]:
+    """Raise ``EventRefused`` for an error that says PostgreSQL can never store ``write``.
 
     Class 22 (data exception) and class 54 (program limit exceeded, an index entry too big):
     retrying cannot help. Anything else, a lost connection say, is raised as it is.
@@ -690,7 +690,8 @@ def _refusing(what: str) -> Iterator[None]:
     except Error as exc:
         if isinstance(exc, DataError) or (exc.sqlstate or "").startswith("54"):
             reason = exc.diag.message_primary or str(exc)
-            raise EventRefused(f"PostgreSQL cannot store {what}: {reason}") from exc
+            # Named only here: a write that succeeds pays nothing for its name.
+            raise EventRefused(f"PostgreSQL cannot store {_write_named(write)}: {reason}") from exc
         raise
 
 
