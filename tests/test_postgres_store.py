@@ -491,6 +491,44 @@ async def test_count_messages_reads_per_user_counters_kept_by_writes_and_deletes
         assert await store.count_messages(THREAD, user_id=None) == 1004
 
 
+_INSERT_ROW = """INSERT INTO run_events
+    (thread_id, run_id, seq, event_type, category, content, metadata, created_at, user_id)
+    SELECT 'big', 'r' || (n / 100), n, 'e', 'message', '{}', '{}', now(), %s
+    FROM generate_series(%s::bigint, %s::bigint) AS n"""
+
+
+async def _rows_read_by_table_scans(conn: psycopg.AsyncConnection, sql: str, params) -> int:
+    """Rows of run_events that ``sql`` (its triggers included) read by scanning the table."""
+    async with conn.transaction():
+        await conn.execute(sql, params)
+        cur = await conn.execute(
+            "SELECT pg_stat_get_xact_tuples_returned('run_events'::regclass)"
+        )
+        ((scanned,),) = await cur.fetchall()
+    return scanned
+
+
+@pytest.mark.parametrize("user_id", [None, "alice"])
+async def test_a_write_reads_no_more_rows_as_the_table_grows(pg, user_id):
+    # A session keeps the plans its first trigger calls made, on a nearly empty table: they
+    # must not scan run_events, or every later write reads all of it.
+    async with pg.make() as store:
+        await store.put(**_event("r0", user_id))
+    async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+        await conn.execute(_INSERT_ROW, (user_id, 1, 1))
+        await conn.execute(_INSERT_ROW, (user_id, 2, 5000))
+        assert await _rows_read_by_table_scans(conn, _INSERT_ROW, (user_id, 5001, 5001)) < 100
+        deleted = "DELETE FROM run_events WHERE thread_id = 'big' AND seq = %s"
+        assert await _rows_read_by_table_scans(conn, deleted, (5001,)) < 100
+        assert await _rows_read_by_table_scans(conn, deleted, (4000,)) < 100
+        cur = await conn.execute(
+            "SELECT user_key, last_seq, run_count FROM run_threads WHERE thread_id = 'big' "
+            "ORDER BY user_key"
+        )
+        expected = [("", 5000, 51)] + ([] if user_id is None else [(user_id, 5000, 51)])
+        assert await cur.fetchall() == expected
+
+
 async def test_message_counters_stay_exact_under_concurrent_writers_and_deleters(pg):
     stores = [pg.make() for _ in range(3)]
     users = ["alice", "bob", None]

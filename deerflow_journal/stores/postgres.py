@@ -260,6 +260,13 @@ MIGRATIONS: tuple[str, ...] = (
     """CREATE INDEX run_summaries_user_status_recent
         ON run_summaries (user_id, status, started_at, thread_id COLLATE "C", run_id COLLATE "C")
         WHERE user_id IS NOT NULL""",
+    # A session plans a trigger's queries once and keeps the plan: one made while run_events
+    # was small (reading all of it) made every later write read the whole table. Index
+    # lookups are the right plan at every size, so the triggers' queries use nothing else.
+    """ALTER FUNCTION run_events_thread_added()
+        SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off""",
+    """ALTER FUNCTION run_events_thread_removed()
+        SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off""",
 )
 
 _SCHEMA = Schema(
