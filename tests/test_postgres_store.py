@@ -501,9 +501,7 @@ async def _rows_read_by_table_scans(conn: psycopg.AsyncConnection, sql: str, par
     """Rows of run_events that ``sql`` (its triggers included) read by scanning the table."""
     async with conn.transaction():
         await conn.execute(sql, params)
-        cur = await conn.execute(
-            "SELECT pg_stat_get_xact_tuples_returned('run_events'::regclass)"
-        )
+        cur = await conn.execute("SELECT pg_stat_get_xact_tuples_returned('run_events'::regclass)")
         ((scanned,),) = await cur.fetchall()
     return scanned
 
