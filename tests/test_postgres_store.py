@@ -552,6 +552,43 @@ async def test_message_counters_stay_exact_under_concurrent_writers_and_deleters
             await store.close()
 
 
+async def test_thread_listings_stay_exact_under_concurrent_writers_of_new_runs(pg):
+    # Each writer's statement waits for the thread's lock; its triggers must then see what
+    # the writers before it committed, or a run would be counted twice (or not at all).
+    stores = [pg.make() for _ in range(4)]
+    for store in stores:
+        await store.setup()
+
+    async def work(store: PostgresRunEventStore, worker: int) -> None:
+        for step in range(12):
+            run_id, user = f"r{step % 5}", ("alice", "bob", None)[(worker + step) % 3]
+            if step % 2:
+                await store.put_batch([_event(run_id, user)] * 3)
+            else:
+                await store.put(**_event(run_id, user))
+
+    try:
+        await asyncio.gather(*(work(store, n) for n, store in enumerate(stores)))
+        async with await psycopg.AsyncConnection.connect(pg.dsn, autocommit=True) as conn:
+            kept = await conn.execute(
+                "SELECT user_key, last_seq, run_count FROM run_threads WHERE thread_id = %s "
+                "ORDER BY user_key",
+                (THREAD,),
+            )
+            counted = await conn.execute(
+                "SELECT '', max(seq), count(DISTINCT run_id) FROM run_events WHERE thread_id = %s "
+                "UNION ALL SELECT user_id, max(seq), count(DISTINCT run_id) FROM run_events "
+                "WHERE thread_id = %s AND user_id IS NOT NULL GROUP BY user_id ORDER BY 1",
+                (THREAD, THREAD),
+            )
+            assert await kept.fetchall() == await counted.fetchall()
+        seqs = [r["seq"] for r in await stores[0].list_messages(THREAD, limit=200, user_id=None)]
+        assert seqs == list(range(1, 4 * (6 + 6 * 3) + 1))
+    finally:
+        for store in stores:
+            await store.close()
+
+
 # -- refused events ---------------------------------------------------------------------------
 
 

@@ -2,8 +2,10 @@
 
 The only module that imports psycopg. Seq numbers come from a per-thread counter row, updated
 under a transaction-level advisory lock on the thread, so concurrent writers anywhere keep seq
-unique, gap-free and increasing in commit order. Each batch is one transaction; on a libpq with
-pipeline mode its statements travel in a single round trip. Content and metadata are ``json``
+unique, gap-free and increasing in commit order. On the store's own sessions (autocommit, READ
+COMMITTED) a write of events alone is one statement, its own transaction; any other write (run
+summaries, ``put_if_absent``, or through a caller's pool) is one transaction whose statements,
+on a libpq with pipeline mode, travel in a single round trip. Content and metadata are ``json``
 columns, which keep the normalised text verbatim (``jsonb`` would reorder keys and turn -0.0
 into 0), so they read back as on every other backend. Statement triggers keep per-thread,
 per-user message counts, so ``count_messages`` does not grow with the thread. A row PostgreSQL
@@ -293,18 +295,54 @@ _COLUMNS = (
     "thread_id, run_id, seq, event_type, category, content::text, metadata::text, "
     "created_at AT TIME ZONE 'UTC', user_id"
 )
-_INSERT_BATCH = """WITH b AS (
-    SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
-                         %b::text[], %b::text[], %b::text[], %b::text[])
+
+
+# A write of events: each thread's counter moves on by its events, which take the seqs before.
+# In a transaction the thread locks come first (``_lock_threads``). ``locked`` makes it one
+# autocommitted statement, for the store's own sessions (READ COMMITTED, see ``_open_pool``):
+# it takes the locks itself before the counter upsert, which waits for them through the
+# InitPlan on ``l``, and the triggers' queries, each with a snapshot of its own, see every
+# write committed before the locks were granted. With ``batch`` a batch recorded already
+# writes nothing and returns no row; the rows end with the batch's number otherwise.
+def _insert_sql(*, single: bool, locked: bool, batch: bool) -> str:
+    """The insert of one event (scalar parameters) or of a batch (arrays, in order)."""
+    recorded = "AND EXISTS (SELECT 1 FROM rec)" if batch else ""
+    ctes = [_RECORD_BATCH_CTE] if batch else []
+    batch_n = ", (SELECT n FROM rec)" if batch else ""
+    if single:
+        if locked:
+            ctes.append(f"""l AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(hashtextextended(%(thread)s, {_THREAD_LOCK_SEED}))
+    WHERE TRUE {recorded})""")
+        ctes.append(f"""c AS (
+    INSERT INTO run_thread_seq AS t (thread_id, last_seq)
+    SELECT %(thread)s, 1 {"FROM l" if locked else ""}
+    ON CONFLICT (thread_id) DO UPDATE SET last_seq = t.last_seq + 1
+    RETURNING last_seq)""")
+        ctes.append("""i AS (
+    INSERT INTO run_events (thread_id, run_id, seq, event_type, category, content, metadata,
+                            created_at, user_id, task_id, caller)
+    SELECT %(thread)s, %(run)s, c.last_seq, %(type)s, %(category)s, %(content)s::json,
+           %(metadata)s::json, %(at)s::timestamptz, %(user)s, %(task)s, %(caller)s
+    FROM c RETURNING seq)""")
+        return f"WITH {', '.join(ctes)}\nSELECT seq{batch_n} FROM i"
+    arrays = ", ".join(f"%({column})b::text[]" for column in _INSERT_PARAMS)
+    ctes.append(f"""b AS (
+    SELECT * FROM unnest({arrays})
         WITH ORDINALITY AS b (thread_id, run_id, event_type, category, content, metadata,
-                              created_at, user_id, task_id, caller, ord)
-), n AS (
-    SELECT thread_id, count(*) AS n FROM b GROUP BY thread_id
-), c AS (
-    INSERT INTO run_thread_seq AS t (thread_id, last_seq) SELECT thread_id, n FROM n
+                              created_at, user_id, task_id, caller, ord))""")
+    if locked:
+        ctes.append(f"""l AS MATERIALIZED (
+    SELECT pg_advisory_xact_lock(k) FROM (
+        SELECT DISTINCT hashtextextended(thread_id, {_THREAD_LOCK_SEED}) AS k FROM b
+        WHERE TRUE {recorded} ORDER BY k) AS keys)""")
+    ctes.append("n AS (SELECT thread_id, count(*) AS n FROM b GROUP BY thread_id)")
+    ctes.append(f"""c AS (
+    INSERT INTO run_thread_seq AS t (thread_id, last_seq)
+    SELECT thread_id, n FROM n {"WHERE (SELECT count(*) FROM l) > 0" if locked else ""}
     ON CONFLICT (thread_id) DO UPDATE SET last_seq = t.last_seq + excluded.last_seq
-    RETURNING thread_id, last_seq
-), i AS (
+    RETURNING thread_id, last_seq)""")
+    ctes.append("""i AS (
     INSERT INTO run_events (thread_id, run_id, seq, event_type, category, content, metadata,
                             created_at, user_id, task_id, caller)
     SELECT b.thread_id, b.run_id,
@@ -312,9 +350,32 @@ _INSERT_BATCH = """WITH b AS (
            b.event_type, b.category, b.content::json, b.metadata::json,
            b.created_at::timestamptz, b.user_id, b.task_id, b.caller
     FROM b JOIN n USING (thread_id) JOIN c USING (thread_id)
-    ORDER BY b.ord
+    ORDER BY b.ord)""")
+    return f"WITH {', '.join(ctes)}\nSELECT thread_id, last_seq{batch_n} FROM c"
+
+
+_RECORD_BATCH_CTE = """rec AS (
+    INSERT INTO run_journal_batches (batch_id) VALUES (%(batch)s)
+    ON CONFLICT (batch_id) DO NOTHING RETURNING n)"""
+# The insert's parameter names, in ``PendingEvent.columns()`` order.
+_INSERT_PARAMS = (
+    "thread",
+    "run",
+    "type",
+    "category",
+    "content",
+    "metadata",
+    "at",
+    "user",
+    "task",
+    "caller",
 )
-SELECT thread_id, last_seq FROM c"""
+# By (single, locked, batch); a batch id is recorded apart in a transaction.
+_INSERT = {
+    (single, locked, batch): _insert_sql(single=single, locked=locked, batch=batch)
+    for single in (True, False)
+    for locked, batch in ((False, False), (True, False), (True, True))
+}
 _FIND_TYPE_IN_RUN = f"""SELECT {_COLUMNS} FROM run_events
     WHERE thread_id = %s AND run_id = %s AND event_type = %s
       AND user_id IS NOT DISTINCT FROM %s::text
@@ -479,7 +540,7 @@ class PostgresRunEventStore(RunEventStore):
     async def _write(self, write: Write) -> Written:
         events, batch_id = write.events, write.batch_id
 
-        async def work(cur: AsyncCursor[TupleRow]) -> Written:
+        async def in_transaction(cur: AsyncCursor[TupleRow]) -> Written:
             conn = cur.connection
             async with _atomic(conn, pipeline=True):
                 if batch_id is not None:
@@ -503,11 +564,18 @@ class PostgresRunEventStore(RunEventStore):
                     if await cur.fetchone() is None:
                         raise other_users_summary_error(summary)
                 if events:
-                    await cur.execute(_INSERT_BATCH, _batch_columns(events))
+                    await cur.execute(
+                        _INSERT[len(events) == 1, False, False], _insert_params(events)
+                    )
             # Fetched after COMMIT (the insert is the cursor's last statement), so that the
             # insert costs no round trip of its own.
-            return Written(_seqs(events, dict(await cur.fetchall())) if events else [])
+            return Written(_seqs(events, await cur.fetchall()) if events else [])
 
+        # The store's own sessions autocommit at READ COMMITTED (``_open_pool``): events alone
+        # go in one statement there. A caller's pool may be set otherwise.
+        work: Callable[[AsyncCursor[TupleRow]], Awaitable[Written]] = in_transaction
+        if self._dsn is not None and events and not (write.summaries or write.if_absent):
+            work = functools.partial(_write_in_one_statement, write)
         with _refusing(write):
             if batch_id is None:
                 async with self._connection() as (_, cur):
@@ -648,9 +716,15 @@ _LOST_CONNECTION_ATTEMPTS = 3
 
 
 async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
-    # Autocommit lets a single-statement read cost one round trip; writes use transactions.
+    # Autocommit lets a single statement cost one round trip: every read, and the writes of
+    # events alone, which READ COMMITTED makes safe without a transaction around them.
     pool = AsyncConnectionPool(
-        dsn or "", min_size=1, max_size=10, open=False, kwargs={"autocommit": True}
+        dsn or "",
+        min_size=1,
+        max_size=10,
+        open=False,
+        kwargs={"autocommit": True},
+        configure=_read_committed,
     )
     try:
         await pool.open(wait=True)
@@ -658,6 +732,27 @@ async def _open_pool(dsn: str | None) -> AsyncConnectionPool:
         await pool.close()
         raise
     return pool
+
+
+async def _read_committed(conn: AsyncConnection[Any]) -> None:
+    """Run the session's transactions at READ COMMITTED whatever the server's default (see
+    ``_atomic`` for why writers need it)."""
+    await conn.execute("SET default_transaction_isolation = 'read committed'")
+
+
+async def _write_in_one_statement(write: Write, cur: AsyncCursor[TupleRow]) -> Written:
+    """Store ``write`` (events only) in one statement on an autocommit READ COMMITTED session."""
+    events, batch_id = write.events, write.batch_id
+    params = _insert_params(events)
+    if batch_id is not None:
+        params["batch"] = batch_id
+    await cur.execute(_INSERT[len(events) == 1, True, batch_id is not None], params)
+    rows = await cur.fetchall()
+    if not rows:  # only a batch recorded already writes nothing
+        return Written([], repeated=True)
+    if batch_id is not None and rows[0][-1] % BATCH_IDS_PRUNED_EVERY == 0:
+        await cur.execute(_FORGET_OLD_BATCHES, (rows[0][-1] - BATCH_IDS_KEPT,))
+    return Written(_seqs(events, rows))
 
 
 @contextlib.asynccontextmanager
@@ -728,18 +823,24 @@ def _filters(
     return where, params
 
 
-def _batch_columns(events: list[PendingEvent]) -> list[list[Any]]:
-    """The events' columns, one list each: the arrays ``_INSERT_BATCH`` unnests."""
-    return [list(column) for column in zip(*(e.columns() for e in events), strict=True)]
+def _insert_params(events: list[PendingEvent]) -> dict[str, Any]:
+    """The parameters of ``_insert_sql``: one event's columns, or the arrays a batch unnests."""
+    if len(events) == 1:
+        return dict(zip(_INSERT_PARAMS, events[0].columns(), strict=True))
+    columns = zip(*(e.columns() for e in events), strict=True)
+    return {name: list(column) for name, column in zip(_INSERT_PARAMS, columns, strict=True)}
 
 
 def _summary_params(summary: dict[str, Any]) -> tuple[Any, ...]:
     return summary["thread_id"], summary["run_id"], summary["user_id"], encode_json(summary)
 
 
-def _seqs(events: list[PendingEvent], last_seqs: dict[str, int]) -> list[int]:
-    """The events' seqs, given each thread's last seq after the insert."""
-    next_seq = dict(last_seqs)
+def _seqs(events: list[PendingEvent], rows: list[TupleRow]) -> list[int]:
+    """The events' seqs from the rows of ``_insert_sql``: one event's seq, or each thread's
+    last seq after the insert."""
+    if len(events) == 1:
+        return [rows[0][0]]
+    next_seq = {row[0]: row[1] for row in rows}
     for event in events:
         next_seq[event.thread_id] -= 1
     seqs = []
