@@ -22,6 +22,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -106,23 +108,29 @@ async def write_seconds(writer: Any, events: list[dict[str, Any]], batch: int) -
 
 
 async def interleaved_rates(
-    floor: Floor, store: PostgresRunEventStore, events: list[dict[str, Any]], batch: int
-) -> tuple[float, float]:
-    """Events/s of the floor and the store, alternating in slices so load noise hits both."""
-    seconds = [0.0, 0.0]
+    writers: list[Any], events: list[dict[str, Any]], batch: int
+) -> list[float]:
+    """Events/s of each writer, alternating in slices so load noise hits them alike. Each
+    writer writes its own copy of the events, on a thread of its own."""
+    seconds = [0.0] * len(writers)
     step = max(batch, len(events) // 10)
     for i in range(0, len(events), step):
-        for k, writer in enumerate((floor, store)):
-            seconds[k] += await write_seconds(writer, events[i : i + step], batch)
-    return len(events) / seconds[0], len(events) / seconds[1]
+        for k, writer in enumerate(writers):
+            mine = [{**e, "thread_id": f"{e['thread_id']}-{k}"} for e in events[i : i + step]]
+            seconds[k] += await write_seconds(writer, mine, batch)
+    return [len(events) / s for s in seconds]
 
 
 async def bench_writes(dsn: str, count: int, singles: int) -> None:
     events = make_events(count, 50)
     single_events = make_events(singles, 5, thread_id=f"{THREAD}-singles")
+    # A caller's pool as LangGraph's AsyncPostgresSaver sets it up.
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
     async with (
         await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+        AsyncConnectionPool(dsn, open=False, kwargs=kwargs) as pool,
         PostgresRunEventStore(dsn) as store,
+        PostgresRunEventStore(pool) as given,
     ):
         for statement in FLOOR_SCHEMA:
             await conn.execute(statement)
@@ -130,9 +138,17 @@ async def bench_writes(dsn: str, count: int, singles: int) -> None:
             ("put_batch(20)", events, 20),
             ("single put", single_events, 1),
         ):
-            floor_rate, rate = await interleaved_rates(Floor(conn), store, workload, batch)
+            floor_rate, rate, given_rate = await interleaved_rates(
+                [Floor(conn), store, given], workload, batch
+            )
             line(f"write floor raw psycopg {label}", floor_rate, "events/s")
             line(f"write postgres {label}", rate, "events/s", f"{rate / floor_rate:.2f}x floor")
+            line(
+                f"write postgres {label}, LangGraph-style caller pool",
+                given_rate,
+                "events/s",
+                f"{given_rate / floor_rate:.2f}x floor",
+            )
 
 
 async def fill_thread(store: PostgresRunEventStore, thread: str, size: int) -> int:

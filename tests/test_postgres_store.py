@@ -327,6 +327,30 @@ async def _write_from_tasks(store: PostgresRunEventStore, tasks: int = 6, each: 
     await asyncio.gather(*(write(task) for task in range(tasks)))
 
 
+@pytest.mark.parametrize("level", ["read\\ committed", "repeatable\\ read", "serializable"])
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_a_caller_pool_at_any_isolation_level_writes_each_batch_once(pg, level, autocommit):
+    # Events alone go in one statement on an autocommit session at READ COMMITTED; any other
+    # session writes them in a transaction, and the statement tried first leaves no trace.
+    kwargs = {"autocommit": autocommit, "row_factory": dict_row}
+    dsn = _dsn_with(pg, f"default_transaction_isolation={level}")
+    async with (
+        AsyncConnectionPool(dsn, open=False, kwargs=kwargs) as pool,
+        PostgresRunEventStore(pool) as store,
+    ):
+        await _write_from_tasks(store)
+        batch = [_event("b", "alice")] * 3
+        assert await store._put_journal_batch(batch, [], batch_id="batch-1")
+        assert not await store._put_journal_batch(batch, [], batch_id="batch-1")
+        assert await store._put_journal_batch(batch[:1], [], batch_id="batch-2")
+        assert not await store._put_journal_batch(batch[:1], [], batch_id="batch-2")
+        messages = await store.list_messages(THREAD, limit=200, user_id=None)
+        assert [r["seq"] for r in messages] == list(range(1, 95))
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT batch_id FROM run_journal_batches ORDER BY n")
+            assert [row["batch_id"] for row in await cur.fetchall()] == ["batch-1", "batch-2"]
+
+
 @pytest.mark.parametrize("level", ["repeatable\\ read", "serializable"])
 async def test_writers_and_setup_work_whatever_the_default_isolation_level(pg, level):
     # The thread locks serialise writers only at READ COMMITTED: at stricter levels the

@@ -2,17 +2,17 @@
 
 The only module that imports psycopg. Seq numbers come from a per-thread counter row, updated
 under a transaction-level advisory lock on the thread, so concurrent writers anywhere keep seq
-unique, gap-free and increasing in commit order. On the store's own sessions (autocommit, READ
-COMMITTED) a write of events alone is one statement, its own transaction; any other write (run
-summaries, ``put_if_absent``, or through a caller's pool) is one transaction whose statements,
-on a libpq with pipeline mode, travel in a single round trip. Content and metadata are ``json``
-columns, which keep the normalised text verbatim (``jsonb`` would reorder keys and turn -0.0
-into 0), so they read back as on every other backend. Statement triggers keep per-thread,
-per-user message counts, so ``count_messages`` does not grow with the thread. A row PostgreSQL
-can never hold (a data exception, a program limit such as an index entry's size) is refused
-with ``EventRefused``. A connection the server closed (a restart) has the pool check its idle
-ones, and work safe to repeat (reads, journal batches under their id, setup) runs again on a
-fresh one; other errors pass through as psycopg raised them.
+unique, gap-free and increasing in commit order. On an autocommit session at READ COMMITTED (the
+store's own are set so) a write of events alone is one statement, its own transaction; any other
+write (run summaries, ``put_if_absent``, a caller's session set otherwise) is one transaction
+whose statements, on a libpq with pipeline mode, travel in a single round trip. Content and
+metadata are ``json`` columns, which keep the normalised text verbatim (``jsonb`` would reorder
+keys and turn -0.0 into 0), so they read back as on every other backend. Statement triggers keep
+per-thread, per-user message counts, so ``count_messages`` does not grow with the thread. A row
+PostgreSQL can never hold (a data exception, a program limit such as an index entry's size) is
+refused with ``EventRefused``. A connection the server closed (a restart) has the pool check its
+idle ones, and work safe to repeat (reads, journal batches under their id, setup) runs again on
+a fresh one; other errors pass through as psycopg raised them.
 """
 
 from __future__ import annotations
@@ -299,14 +299,15 @@ _COLUMNS = (
 
 # A write of events: each thread's counter moves on by its events, which take the seqs before.
 # In a transaction the thread locks come first (``_lock_threads``). ``locked`` makes it one
-# autocommitted statement, for the store's own sessions (READ COMMITTED, see ``_open_pool``):
-# it takes the locks itself before the counter upsert, which waits for them through the
-# InitPlan on ``l``, and the triggers' queries, each with a snapshot of its own, see every
-# write committed before the locks were granted. With ``batch`` a batch recorded already
-# writes nothing and returns no row; the rows end with the batch's number otherwise.
+# autocommitted statement: it takes the locks itself before the counter upsert, which waits
+# for them through the InitPlan on ``l``, and the triggers' queries, each with a snapshot of
+# its own, see every write committed before the locks were granted. That holds at READ
+# COMMITTED only: at another level the statement writes nothing and returns no row. With
+# ``batch`` a batch recorded already writes nothing and returns no row either; the rows end
+# with the batch's number otherwise.
 def _insert_sql(*, single: bool, locked: bool, batch: bool) -> str:
     """The insert of one event (scalar parameters) or of a batch (arrays, in order)."""
-    recorded = "AND EXISTS (SELECT 1 FROM rec)" if batch else ""
+    recorded = f"AND {_AT_READ_COMMITTED}" + (" AND EXISTS (SELECT 1 FROM rec)" if batch else "")
     ctes = [_RECORD_BATCH_CTE] if batch else []
     batch_n = ", (SELECT n FROM rec)" if batch else ""
     if single:
@@ -354,8 +355,9 @@ def _insert_sql(*, single: bool, locked: bool, batch: bool) -> str:
     return f"WITH {', '.join(ctes)}\nSELECT thread_id, last_seq{batch_n} FROM c"
 
 
-_RECORD_BATCH_CTE = """rec AS (
-    INSERT INTO run_journal_batches (batch_id) VALUES (%(batch)s)
+_AT_READ_COMMITTED = "current_setting('transaction_isolation') = 'read committed'"
+_RECORD_BATCH_CTE = f"""rec AS (
+    INSERT INTO run_journal_batches (batch_id) SELECT %(batch)s WHERE {_AT_READ_COMMITTED}
     ON CONFLICT (batch_id) DO NOTHING RETURNING n)"""
 # The insert's parameter names, in ``PendingEvent.columns()`` order.
 _INSERT_PARAMS = (
@@ -571,11 +573,17 @@ class PostgresRunEventStore(RunEventStore):
             # insert costs no round trip of its own.
             return Written(_seqs(events, await cur.fetchall()) if events else [])
 
-        # The store's own sessions autocommit at READ COMMITTED (``_open_pool``): events alone
-        # go in one statement there. A caller's pool may be set otherwise.
-        work: Callable[[AsyncCursor[TupleRow]], Awaitable[Written]] = in_transaction
-        if self._dsn is not None and events and not (write.summaries or write.if_absent):
-            work = functools.partial(_write_in_one_statement, write)
+        async def in_one_statement(cur: AsyncCursor[TupleRow]) -> Written:
+            # The store's own sessions autocommit at READ COMMITTED (``_open_pool``); a
+            # caller's may be set otherwise, and then take a transaction.
+            if cur.connection.autocommit:
+                written = await _write_in_one_statement(write, cur)
+                if written is not None:
+                    return written
+            return await in_transaction(cur)
+
+        one_statement = events and not (write.summaries or write.if_absent)
+        work = in_one_statement if one_statement else in_transaction
         with _refusing(write):
             if batch_id is None:
                 async with self._connection() as (_, cur):
@@ -740,16 +748,19 @@ async def _read_committed(conn: AsyncConnection[Any]) -> None:
     await conn.execute("SET default_transaction_isolation = 'read committed'")
 
 
-async def _write_in_one_statement(write: Write, cur: AsyncCursor[TupleRow]) -> Written:
-    """Store ``write`` (events only) in one statement on an autocommit READ COMMITTED session."""
+async def _write_in_one_statement(write: Write, cur: AsyncCursor[TupleRow]) -> Written | None:
+    """Store ``write`` (events only) in one statement on an autocommit session; ``None`` if
+    the session is not at READ COMMITTED, which then wrote nothing."""
     events, batch_id = write.events, write.batch_id
     params = _insert_params(events)
     if batch_id is not None:
         params["batch"] = batch_id
     await cur.execute(_INSERT[len(events) == 1, True, batch_id is not None], params)
     rows = await cur.fetchall()
-    if not rows:  # only a batch recorded already writes nothing
-        return Written([], repeated=True)
+    if not rows:  # a batch recorded already, or a session at another level
+        await cur.execute(f"SELECT {_AT_READ_COMMITTED}")
+        ((at_read_committed,),) = await cur.fetchall()
+        return Written([], repeated=True) if at_read_committed and batch_id else None
     if batch_id is not None and rows[0][-1] % BATCH_IDS_PRUNED_EVERY == 0:
         await cur.execute(_FORGET_OLD_BATCHES, (rows[0][-1] - BATCH_IDS_KEPT,))
     return Written(_seqs(events, rows))
