@@ -110,6 +110,11 @@ class EventKwargs(TypedDict):
     metadata: dict[str, Any]
 
 
+_AI_RESPONSE_TYPE = LLM_AI_RESPONSE_EVENT.event_type
+_TOOL_RESULT_TYPE = LLM_TOOL_RESULT_EVENT.event_type
+_MESSAGE_CATEGORY = LLM_AI_RESPONSE_EVENT.category
+
+
 def _event(definition: RunEventDefinition, content: Any, metadata: dict[str, Any]) -> EventKwargs:
     return {
         "event_type": definition.event_type,
@@ -152,7 +157,11 @@ def run_start_event(
     name: str | None, caller: str, metadata: Mapping[str, Any] | None
 ) -> EventKwargs:
     """``run.start`` for a root chain start."""
-    return _event(RUN_START_EVENT, {"chain": name}, {**detach(metadata or {}), "caller": caller})
+    detached = detach(metadata) if metadata else {}  # a copy of a dict: one is enough
+    if detached is metadata or type(detached) is not dict:  # a kept object: copied as a dict
+        detached = {**detached}
+    detached["caller"] = caller
+    return _event(RUN_START_EVENT, {"chain": name}, detached)
 
 
 class MessageEncoder:
@@ -192,6 +201,8 @@ _KINDS: dict[type, int] = {
     list: _SEQUENCE,
     tuple: _SEQUENCE,
 }
+#: Types ``detach`` keeps whatever holds them (no container).
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 # orjson refuses containers nested deeper than this; what lies deeper is left for it to refuse.
 _MAX_DEPTH = 254
 
@@ -223,9 +234,17 @@ def detach(value: Any) -> Any:
     through ``model_dump()``, which builds containers of its own). A container found inside
     itself, or deeper than JSON goes, is kept as it is: encoding it fails as it always did.
     """
-    kind = _KINDS.get(type(value))
+    cls = type(value)
+    if cls is dict:
+        # Most are flat (token usage, config metadata): one copy, the check in C.
+        return (
+            value.copy()
+            if _SCALARS.issuperset(map(type, value.values()))
+            else _detach(value, _MAPPING, None)
+        )
+    kind = _KINDS.get(cls)
     if kind is None:
-        kind = _kind(type(value))
+        kind = _kind(cls)
     return value if kind == _KEEP else _detach(value, kind, None)
 
 
@@ -496,13 +515,18 @@ def ai_response_event(
     message: AIMessage, *, caller: str, latency_ms: int | None, llm_call_index: int
 ) -> EventKwargs:
     """``llm.ai.response`` for one generated message."""
-    metadata = {
-        "caller": caller,
-        "usage": detach(message.usage_metadata) if message.usage_metadata else {},
-        "latency_ms": latency_ms,
-        "llm_call_index": llm_call_index,
+    usage = message.usage_metadata
+    return {  # _event, inlined: one per model call
+        "event_type": _AI_RESPONSE_TYPE,
+        "category": _MESSAGE_CATEGORY,
+        "content": message,
+        "metadata": {
+            "caller": caller,
+            "usage": detach(usage) if usage else {},
+            "latency_ms": latency_ms,
+            "llm_call_index": llm_call_index,
+        },
     }
-    return _event(LLM_AI_RESPONSE_EVENT, message, metadata)
 
 
 def llm_error_event(error: BaseException, caller: str) -> EventKwargs:
@@ -539,11 +563,15 @@ def tool_result_messages(output: Any) -> list[BaseMessage]:
 
 def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:
     """``llm.tool.result`` for one message a tool returned."""
-    metadata: dict[str, Any] = {"caller": caller}
     tool_call_id = getattr(message, "tool_call_id", None)
-    if tool_call_id is not None:
-        metadata["tool_call_id"] = tool_call_id
-    return _event(LLM_TOOL_RESULT_EVENT, message, metadata)
+    return {  # _event, inlined: one per tool call
+        "event_type": _TOOL_RESULT_TYPE,
+        "category": _MESSAGE_CATEGORY,
+        "content": message,
+        "metadata": {"caller": caller}
+        if tool_call_id is None
+        else {"caller": caller, "tool_call_id": tool_call_id},
+    }
 
 
 def tool_error_event(
