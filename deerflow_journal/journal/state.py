@@ -174,9 +174,7 @@ class RunState:
         """Return the run's ``RunSummary`` as of now."""
         data = self.completion_data()
         cost, cost_by_model = estimate_cost(data["token_usage_by_model"], self.started_at)
-        # Every value is built here, of its field's type (fresh containers, counts that are
-        # non-negative ints): validating them again would only copy them.
-        return RunSummary.model_construct(
+        return RunSummary(
             thread_id=self.thread_id or "",
             run_id=self.run_id or "",
             user_id=self.user_id,
@@ -184,7 +182,7 @@ class RunState:
             started_at=self.started_at,
             ended_at=self.ended_at,
             duration_ms=self.duration_ms,
-            error=None if self.error is None else dict(self.error),
+            error=self.error,
             dropped_events=self.dropped_events,
             estimated_cost_usd=cost,
             estimated_cost_by_model=cost_by_model,
