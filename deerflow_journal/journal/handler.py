@@ -735,7 +735,10 @@ class RunJournal(GraphCallbackHandler):
                     if message.tool_calls:
                         state.outcomes.requested(message.tool_calls)
                     text = message.content
-                    state.note_ai_text(text if type(text) is str else mapping.message_text(message))
+                    if type(text) is not str:
+                        text = mapping.message_text(message)
+                    if text.strip():  # the last lead-agent response with text
+                        state.last_ai_message = text[: mapping.LAST_AI_MESSAGE_MAX_CHARS]
             if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 # One usage per call: with several choices (n > 1) each carries all of it.

@@ -201,8 +201,8 @@ _KINDS: dict[type, int] = {
     list: _SEQUENCE,
     tuple: _SEQUENCE,
 }
-#: Types ``detach`` keeps whatever holds them (no container).
-_SCALARS = frozenset((str, int, float, bool, type(None)))
+#: The types ``_KINDS`` keeps as they are: a container holding only these is copied in C.
+_KEPT = {cls for cls, kind in _KINDS.items() if kind == _KEEP}
 # orjson refuses containers nested deeper than this; what lies deeper is left for it to refuse.
 _MAX_DEPTH = 254
 
@@ -220,6 +220,8 @@ def _kind(cls: type) -> int:
             kind = _KEEP
         if len(_KINDS) < 4096:  # bounded: classes made on the fly would pile up
             _KINDS[cls] = kind
+            if kind == _KEEP:
+                _KEPT.add(cls)
     return kind
 
 
@@ -239,7 +241,7 @@ def detach(value: Any) -> Any:
         # Most are flat (token usage, config metadata): one copy, the check in C.
         return (
             value.copy()
-            if _SCALARS.issuperset(map(type, value.values()))
+            if _KEPT.issuperset(map(type, value.values()))
             else _detach(value, _MAPPING, None)
         )
     kind = _KINDS.get(cls)
@@ -255,11 +257,17 @@ def _detach(value: Any, kind: int, path: set[int] | None) -> Any:
     if path is not None and (key in path or len(path) > _MAX_DEPTH):
         return value
     copied: Any
-    if kind == _MAPPING:  # a dict is one copy in C
+    # A dict is one copy in C, and so is the check of a container holding no other (most
+    # do: lists of messages, flat metadata).
+    if kind == _MAPPING:
         copied = value.copy() if type(value) is dict else dict(value.items())
+        if _KEPT.issuperset(map(type, copied.values())):
+            return copied
         items = copied.items()
     else:
         copied = list(value)
+        if _KEPT.issuperset(map(type, copied)):
+            return copied
         items = enumerate(copied)
     inner = None
     # Items kept as they are (most of what callbacks see: scalars, messages) stay put.
@@ -481,6 +489,11 @@ def response_messages(response: LLMResult) -> list[AIMessage]:
     Streamed chunks become ordinary AI messages; a completion model's text becomes an AI
     message carrying the model name and token usage of the result's ``llm_output``.
     """
+    first = response.generations
+    if len(first) == 1 and len(first[0]) == 1:  # the common case: one message
+        only = first[0][0]
+        if type(only) is ChatGeneration and type(only.message) is AIMessage:
+            return [only.message]
     messages: list[AIMessage] = []
     for generations in response.generations:
         for generation in generations:

@@ -113,30 +113,24 @@ class TokenUsage:
         if source_id in self._counted:
             return False
         self._counted.add(source_id)
-        for one in counts:
-            self._add(caller, model, one)
+        for one in counts:  # one per call but for external records: no method call each
+            total = one["total_tokens"]
+            self.total_input_tokens += one["input_tokens"]
+            self.total_output_tokens += one["output_tokens"]
+            self.total_tokens += total
+            if caller.startswith("subagent:"):
+                self.subagent_tokens += total
+            elif caller.startswith(_MIDDLEWARE_PREFIX):  # is_middleware_caller, for a str
+                self.middleware_tokens += total
+            else:
+                self.lead_agent_tokens += total
+            bucket = self.by_model.get(model)
+            if bucket is None:  # the model's first call: its counts (input, output, total, ...)
+                self.by_model[model] = dict(one)
+            else:
+                for key, value in one.items():
+                    bucket[key] = bucket.get(key, 0) + value
         return True
-
-    def _add(self, caller: str, model: str, counts: TokenCounts) -> None:
-        total = counts["total_tokens"]
-        self.total_input_tokens += counts["input_tokens"]
-        self.total_output_tokens += counts["output_tokens"]
-        self.total_tokens += total
-        if caller.startswith("subagent:"):
-            self.subagent_tokens += total
-        elif caller.startswith(_MIDDLEWARE_PREFIX):  # is_middleware_caller, for a str
-            self.middleware_tokens += total
-        else:
-            self.lead_agent_tokens += total
-        bucket = self.by_model.get(model)
-        if bucket is None:
-            bucket = self.by_model[model] = {
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "total_tokens": 0,
-            }
-        for key, value in counts.items():
-            bucket[key] = bucket.get(key, 0) + value
 
     def add_external(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Count usage records made elsewhere; return how many were counted.
