@@ -276,11 +276,9 @@ class EventBuffer:
             events = self._events
             if len(events) < self._room:  # no room while anything is spilled: order holds
                 events.append(event)
-                waiting = len(events)
-            else:
-                self._spill_locked(event)
-                waiting = self._waiting_locked()
-            return waiting >= self._next_write_at and self._write is None
+                return len(events) >= self._next_write_at and self._write is None
+            self._spill_locked(event)
+            return self._waiting_locked() >= self._next_write_at and self._write is None
 
     def _spill_locked(self, event: dict[str, Any]) -> None:
         self._room = 0

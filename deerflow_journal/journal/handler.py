@@ -217,11 +217,14 @@ class RunJournal(GraphCallbackHandler):
 
     # -- run state (call with self._lock held) -------------------------------------------------
 
-    def _emit(self, state: RunState, event: Any, *, detached: bool = False) -> None:
-        """Count and buffer one event; ``detached``: its content needs no copy (a message, or
-        copied already), else containers in it are copied now (see ``mapping.detach``)."""
-        if not detached:
-            event = mapping.detached_event(event)
+    def _emit(self, state: RunState, event: Any) -> None:
+        """Count and buffer one event, copying the containers in its content now (see
+        ``mapping.detach``)."""
+        self._emit_own(state, mapping.detached_event(event))
+
+    def _emit_own(self, state: RunState, event: Any) -> None:
+        """Count and buffer one event whose content needs no copy (a message, or copied
+        already)."""
         if event["category"] == "message":
             state.message_count += 1
         thread_id, run_id = state.thread_id, state.run_id
@@ -408,9 +411,12 @@ class RunJournal(GraphCallbackHandler):
                 self._writer.home_loop = loop
             start = mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
             # Built afresh, its metadata detached: only an odd chain name needs a copy.
-            self._emit(state, start, detached=name is None or type(name) is str)
+            if name is None or type(name) is str:
+                self._emit_own(state, start)
+            else:
+                self._emit(state, start)
             for event in unbound:
-                self._emit(state, event, detached=True)  # copied when recorded
+                self._emit_own(state, event)  # copied when recorded
             self._queue_summary(state)
         return snapshot
 
@@ -436,9 +442,7 @@ class RunJournal(GraphCallbackHandler):
             if isinstance(message, ToolMessage) and state.outcomes.answered_without_callback(
                 message.tool_call_id
             ):
-                self._emit(
-                    state, mapping.tool_result_event(message, mapping.LEAD_AGENT), detached=True
-                )
+                self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
                 written = True
         return written
 
@@ -506,7 +510,7 @@ class RunJournal(GraphCallbackHandler):
             for tool_call_id, name, stopped_by in state.outcomes.unresolved(state.status):
                 reason = mapping.UNRESOLVED_REASONS[stopped_by]
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
-            self._emit(state, terminal, detached=True)  # in _end_run, under the lock
+            self._emit_own(state, terminal)  # copied in _end_run, under the lock
             self._queue_summary(state)
             last = not self._runs
         self._writer.run_ended(state, loop, last)
@@ -650,7 +654,7 @@ class RunJournal(GraphCallbackHandler):
         run records it as the run's one human input (a model called directly: its prompt)."""
         if parent_run_id is None:
             self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
-        caller = mapping.caller_from_tags(tags)
+        caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         with self._lock:
             state = self._llm_started(run_id, parent_run_id, caller)
             if state is None or caller != mapping.LEAD_AGENT:
@@ -675,7 +679,7 @@ class RunJournal(GraphCallbackHandler):
         state.human_written = True
         if state.first_human_message is None:
             state.first_human_message = mapping.message_text(human)
-        self._emit(state, mapping.human_input_event(human), detached=True)  # a message
+        self._emit_own(state, mapping.human_input_event(human))  # a message
 
     def on_llm_start(
         self,
@@ -730,7 +734,7 @@ class RunJournal(GraphCallbackHandler):
                 event = mapping.ai_response_event(
                     message, caller=caller, latency_ms=latency, llm_call_index=start[1]
                 )
-                self._emit(state, event, detached=True)  # content is the message itself
+                self._emit_own(state, event)  # content is the message itself
                 if lead:
                     if message.tool_calls:
                         state.outcomes.requested(message.tool_calls)
@@ -807,7 +811,8 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write ``llm.tool.result`` for each message the tool returned (and end the run of a
         tool called directly)."""
-        messages = mapping.tool_result_messages(output)
+        # tool_result_messages, inlined for the common case: a tool returned its message
+        messages = [output] if type(output) is ToolMessage else mapping.tool_result_messages(output)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         key = getattr(run_id, "int", run_id)
         with self._lock:
@@ -822,7 +827,7 @@ class RunJournal(GraphCallbackHandler):
                 return
             state.tool_starts.pop(key, None)
             for message in messages:
-                self._emit(state, mapping.tool_result_event(message, caller), detached=True)
+                self._emit_own(state, mapping.tool_result_event(message, caller))
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
         if parent_run_id is None:
             self._leaf_ended(state, run_id, output, None)
@@ -1039,7 +1044,7 @@ class RunJournal(GraphCallbackHandler):
             self._next, self._outside = None, waiting
             self._bind(waiting)
             for event in unbound:
-                self._emit(waiting, event, detached=True)
+                self._emit_own(waiting, event)
 
     async def aclose(self) -> None:
         """Flush, wait for progress snapshots, and close the store if the journal opened it."""
