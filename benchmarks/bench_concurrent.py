@@ -164,19 +164,6 @@ def report(backend: str, concurrent: int, figures: Figures) -> None:
 # -- SQLite --------------------------------------------------------------------------------------
 
 
-class SerialFloorTable(FloorTable):
-    """bench_journal's floor table, its runs' transactions one at a time: it has one
-    connection (as the store has), which concurrent transactions would misuse."""
-
-    def __init__(self, db: aiosqlite.Connection) -> None:
-        super().__init__(db)
-        self.lock = asyncio.Lock()
-
-    async def write(self, rows: list[Row]) -> None:
-        async with self.lock:
-            await super().write(rows)
-
-
 @contextlib.asynccontextmanager
 async def sqlite_waves(tmp: str, concurrent: int) -> AsyncIterator[tuple[Wave, Wave]]:
     """The journal and floor waves on one SQLite file."""
@@ -190,7 +177,7 @@ async def sqlite_waves(tmp: str, concurrent: int) -> AsyncIterator[tuple[Wave, W
         await floor_db.executescript(FLOOR_SCHEMA)
         yield (
             journal_wave(store, concurrent),
-            floor_wave(SerialFloorTable(floor_db).write, concurrent),
+            floor_wave(FloorTable(floor_db).write, concurrent),
         )
     finally:
         await floor_db.close()

@@ -299,13 +299,15 @@ def floored(write: Write) -> Variant:
 
 class FloorTable:
     """Where the floor writes, numbering rows in the thread: a list, or a plain aiosqlite table
-    (bench_stores' floor schema, one transaction per run; one process only, so the seqs are
-    counted here rather than read under a write lock)."""
+    (bench_stores' floor schema, one transaction per run, one at a time: concurrent ones on
+    its one connection fail with 'bad parameter or other API misuse'; one process only, so the
+    seqs are counted here rather than read under a write lock)."""
 
     def __init__(self, db: aiosqlite.Connection | None) -> None:
         self.db = db
         self.rows: list[tuple[Any, ...]] = []  # without a database
         self.last_seq = 0
+        self.lock = asyncio.Lock()
 
     async def write(self, rows: list[Row]) -> None:
         numbered = [
@@ -316,8 +318,9 @@ class FloorTable:
         if self.db is None:
             self.rows.extend(numbered)
             return
-        await self.db.executemany(INSERT, numbered)
-        await self.db.commit()
+        async with self.lock:
+            await self.db.executemany(INSERT, numbered)
+            await self.db.commit()
 
 
 @contextlib.asynccontextmanager

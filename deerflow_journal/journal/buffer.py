@@ -251,6 +251,8 @@ class EventBuffer:
         self.on_dropped: weakref.WeakMethod[Callable[[list[dict[str, Any]]], None]] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         self._write: _Write | None = None
+        #: The loop whose guard knows this buffer (the latest one), weakly.
+        self._guarded: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._failures = _FailedWrites()
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
@@ -274,11 +276,9 @@ class EventBuffer:
             events = self._events
             if len(events) < self._room:  # no room while anything is spilled: order holds
                 events.append(event)
-                waiting = len(events)
-            else:
-                self._spill_locked(event)
-                waiting = self._waiting_locked()
-            return waiting >= self._next_write_at and self._write is None
+                return len(events) >= self._next_write_at and self._write is None
+            self._spill_locked(event)
+            return self._waiting_locked() >= self._next_write_at and self._write is None
 
     def _spill_locked(self, event: dict[str, Any]) -> None:
         self._room = 0
@@ -374,12 +374,16 @@ class EventBuffer:
 
     def _guard_locked(self, loop: asyncio.AbstractEventLoop) -> None:
         """Make sure ``loop`` (running in this thread) writes what is pending before it closes."""
+        guarded = self._guarded
+        if guarded is not None and guarded() is loop:  # every write of a run: once is enough
+            return
         buffers = _LOOP_GUARDS.get(loop)
         if buffers is None:
             if on_background_loop():
                 return
             buffers = _guard(loop)
         buffers.add(self)
+        self._guarded = weakref.ref(loop)
 
     async def _write_before_loop_closes(self) -> None:
         loop = asyncio.get_running_loop()

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -165,7 +166,8 @@ class RunJournal(GraphCallbackHandler):
         self._next: RunState | None = None  # recorded before any run, without a fixed id
         self._outside: RunState | None = None  # recorded before any run, under the fixed id
         # The latest runs by (thread id, run id), to count events their store refused.
-        self._bound: dict[tuple[str | None, str | None], RunState] = {}
+        # An OrderedDict: dropping a plain dict's first key scans the keys deleted before it.
+        self._bound: OrderedDict[tuple[str | None, str | None], RunState] = OrderedDict()
         self._dropped_events = 0
         self._workspace = (
             None if workspace_roots is None else WorkspaceTracker(workspace_roots, workspace_limits)
@@ -185,7 +187,8 @@ class RunJournal(GraphCallbackHandler):
             progress=progress,
             max_buffered_events=max_buffered_events,
         )
-        self._writer.buffer.on_dropped = weakref.WeakMethod(self._events_dropped)
+        self._buffer = self._writer.buffer
+        self._buffer.on_dropped = weakref.WeakMethod(self._events_dropped)
 
     # -- properties --------------------------------------------------------------------------
 
@@ -214,15 +217,26 @@ class RunJournal(GraphCallbackHandler):
 
     # -- run state (call with self._lock held) -------------------------------------------------
 
-    def _emit(self, state: RunState, event: Any, *, detached: bool = False) -> None:
-        """Count and buffer one event; ``detached``: its content needs no copy (a message, or
-        copied already), else containers in it are copied now (see ``mapping.detach``)."""
-        if not detached:
-            event = mapping.detached_event(event)
+    def _emit(self, state: RunState, event: Any) -> None:
+        """Count and buffer one event, copying the containers in its content now (see
+        ``mapping.detach``)."""
+        self._emit_own(state, mapping.detached_event(event))
+
+    def _emit_own(self, state: RunState, event: Any) -> None:
+        """Count and buffer one event whose content needs no copy (a message, or copied
+        already)."""
         if event["category"] == "message":
             state.message_count += 1
-        if state.thread_id is not None and state.run_id is not None:  # state.bound, inlined
-            self._writer.add(state, event)
+        thread_id, run_id = state.thread_id, state.run_id
+        if thread_id is not None and run_id is not None:  # state.bound, inlined
+            # The event dict is ours (built for this event, emitted once): it becomes the
+            # buffered record in place; a write starts in the background at the threshold.
+            event["thread_id"] = thread_id
+            event["run_id"] = run_id
+            event["user_id"] = state.user_id
+            event["created_at"] = time.time()
+            if self._buffer.add(event):
+                self._buffer.start_write(self._writer.write_loop(state.sync))
         else:
             state.unbound_events.append(event)
 
@@ -230,7 +244,7 @@ class RunJournal(GraphCallbackHandler):
         """Remember a run just bound to its ids (the latest few)."""
         self._bound[(state.thread_id, state.run_id)] = state
         if len(self._bound) > _RUNS_REMEMBERED:
-            del self._bound[next(iter(self._bound))]
+            self._bound.popitem(last=False)
 
     def _events_dropped(self, events: list[dict[str, Any]]) -> None:
         """Count events the store refused, in the journal and in their runs' summaries."""
@@ -395,11 +409,14 @@ class RunJournal(GraphCallbackHandler):
             self._runs[_key(root)] = self._latest = state
             if not sync and loop is not None:
                 self._writer.home_loop = loop
-            self._emit(
-                state, mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
-            )
+            start = mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
+            # Built afresh, its metadata detached: only an odd chain name needs a copy.
+            if name is None or type(name) is str:
+                self._emit_own(state, start)
+            else:
+                self._emit(state, start)
             for event in unbound:
-                self._emit(state, event, detached=True)  # copied when recorded
+                self._emit_own(state, event)  # copied when recorded
             self._queue_summary(state)
         return snapshot
 
@@ -425,9 +442,7 @@ class RunJournal(GraphCallbackHandler):
             if isinstance(message, ToolMessage) and state.outcomes.answered_without_callback(
                 message.tool_call_id
             ):
-                self._emit(
-                    state, mapping.tool_result_event(message, mapping.LEAD_AGENT), detached=True
-                )
+                self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
                 written = True
         return written
 
@@ -495,7 +510,7 @@ class RunJournal(GraphCallbackHandler):
             for tool_call_id, name, stopped_by in state.outcomes.unresolved(state.status):
                 reason = mapping.UNRESOLVED_REASONS[stopped_by]
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
-            self._emit(state, terminal, detached=True)  # in _end_run, under the lock
+            self._emit_own(state, terminal)  # copied in _end_run, under the lock
             self._queue_summary(state)
             last = not self._runs
         self._writer.run_ended(state, loop, last)
@@ -619,8 +634,9 @@ class RunJournal(GraphCallbackHandler):
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[getattr(run_id, "int", run_id)] = (time.monotonic(), state.llm_calls)
-            for event in state.outcomes.settle(caller):
-                self._emit(state, event)
+            if state.outcomes.held:  # most calls follow no held tool error
+                for event in state.outcomes.settle(caller):
+                    self._emit(state, event)
         return state
 
     def on_chat_model_start(
@@ -638,7 +654,7 @@ class RunJournal(GraphCallbackHandler):
         run records it as the run's one human input (a model called directly: its prompt)."""
         if parent_run_id is None:
             self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
-        caller = mapping.caller_from_tags(tags)
+        caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         with self._lock:
             state = self._llm_started(run_id, parent_run_id, caller)
             if state is None or caller != mapping.LEAD_AGENT:
@@ -663,7 +679,7 @@ class RunJournal(GraphCallbackHandler):
         state.human_written = True
         if state.first_human_message is None:
             state.first_human_message = mapping.message_text(human)
-        self._emit(state, mapping.human_input_event(human), detached=True)  # a message
+        self._emit_own(state, mapping.human_input_event(human))  # a message
 
     def on_llm_start(
         self,
@@ -698,7 +714,7 @@ class RunJournal(GraphCallbackHandler):
         external record) is not counted again, but the response is still written.
         """
         messages = mapping.response_messages(response)
-        caller = mapping.caller_from_tags(tags)
+        caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         with self._lock:
             key = getattr(run_id, "int", run_id)
             # _own_run, inlined
@@ -711,22 +727,29 @@ class RunJournal(GraphCallbackHandler):
             if start is None:
                 state.llm_calls += 1
                 start = (None, state.llm_calls)
-            latency = None if start[0] is None else _ms_since(start[0])
+            # _ms_since, inlined
+            latency = None if start[0] is None else int((time.monotonic() - start[0]) * 1000)
+            lead = caller == mapping.LEAD_AGENT
             for message in messages:
                 event = mapping.ai_response_event(
                     message, caller=caller, latency_ms=latency, llm_call_index=start[1]
                 )
-                self._emit(state, event, detached=True)  # content is the message itself
-                if caller == mapping.LEAD_AGENT:
-                    state.outcomes.requested(message.tool_calls)
-                    state.note_ai_text(mapping.message_text(message))
+                self._emit_own(state, event)  # content is the message itself
+                if lead:
+                    if message.tool_calls:
+                        state.outcomes.requested(message.tool_calls)
+                    text = message.content
+                    if type(text) is not str:
+                        text = mapping.message_text(message)
+                    if text.strip():  # the last lead-agent response with text
+                        state.last_ai_message = text[: mapping.LAST_AI_MESSAGE_MAX_CHARS]
             if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 # One usage per call: with several choices (n > 1) each carries all of it.
                 used = messages[0] if messages else None
                 if len(messages) > 1 and not messages[0].usage_metadata:
                     used = next((m for m in messages if m.usage_metadata), used)
-                counts = [] if used is None else [token_counts(used.usage_metadata)]
+                counts = () if used is None else (token_counts(used.usage_metadata),)
                 state.usage.add_call(key, caller, model, counts)
         if parent_run_id is None:
             self._leaf_ended(state, run_id, messages[0] if len(messages) == 1 else messages, None)
@@ -788,7 +811,9 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write ``llm.tool.result`` for each message the tool returned (and end the run of a
         tool called directly)."""
-        messages = mapping.tool_result_messages(output)
+        # tool_result_messages, inlined for the common case: a tool returned its message
+        messages = [output] if type(output) is ToolMessage else mapping.tool_result_messages(output)
+        caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         key = getattr(run_id, "int", run_id)
         with self._lock:
             runs = self._runs
@@ -801,9 +826,8 @@ class RunJournal(GraphCallbackHandler):
             if state is None:
                 return
             state.tool_starts.pop(key, None)
-            caller = mapping.caller_from_tags(tags)
             for message in messages:
-                self._emit(state, mapping.tool_result_event(message, caller), detached=True)
+                self._emit_own(state, mapping.tool_result_event(message, caller))
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
         if parent_run_id is None:
             self._leaf_ended(state, run_id, output, None)
@@ -1020,7 +1044,7 @@ class RunJournal(GraphCallbackHandler):
             self._next, self._outside = None, waiting
             self._bind(waiting)
             for event in unbound:
-                self._emit(waiting, event, detached=True)
+                self._emit_own(waiting, event)
 
     async def aclose(self) -> None:
         """Flush, wait for progress snapshots, and close the store if the journal opened it."""

@@ -110,6 +110,11 @@ class EventKwargs(TypedDict):
     metadata: dict[str, Any]
 
 
+_AI_RESPONSE_TYPE = LLM_AI_RESPONSE_EVENT.event_type
+_TOOL_RESULT_TYPE = LLM_TOOL_RESULT_EVENT.event_type
+_MESSAGE_CATEGORY = LLM_AI_RESPONSE_EVENT.category
+
+
 def _event(definition: RunEventDefinition, content: Any, metadata: dict[str, Any]) -> EventKwargs:
     return {
         "event_type": definition.event_type,
@@ -152,7 +157,11 @@ def run_start_event(
     name: str | None, caller: str, metadata: Mapping[str, Any] | None
 ) -> EventKwargs:
     """``run.start`` for a root chain start."""
-    return _event(RUN_START_EVENT, {"chain": name}, {**detach(metadata or {}), "caller": caller})
+    detached = detach(metadata) if metadata else {}  # a copy of a dict: one is enough
+    if detached is metadata or type(detached) is not dict:  # a kept object: copied as a dict
+        detached = {**detached}
+    detached["caller"] = caller
+    return _event(RUN_START_EVENT, {"chain": name}, detached)
 
 
 class MessageEncoder:
@@ -192,6 +201,8 @@ _KINDS: dict[type, int] = {
     list: _SEQUENCE,
     tuple: _SEQUENCE,
 }
+#: The types ``_KINDS`` keeps as they are: a container holding only these is copied in C.
+_KEPT = {cls for cls, kind in _KINDS.items() if kind == _KEEP}
 # orjson refuses containers nested deeper than this; what lies deeper is left for it to refuse.
 _MAX_DEPTH = 254
 
@@ -209,6 +220,8 @@ def _kind(cls: type) -> int:
             kind = _KEEP
         if len(_KINDS) < 4096:  # bounded: classes made on the fly would pile up
             _KINDS[cls] = kind
+            if kind == _KEEP:
+                _KEPT.add(cls)
     return kind
 
 
@@ -223,9 +236,17 @@ def detach(value: Any) -> Any:
     through ``model_dump()``, which builds containers of its own). A container found inside
     itself, or deeper than JSON goes, is kept as it is: encoding it fails as it always did.
     """
-    kind = _KINDS.get(type(value))
+    cls = type(value)
+    if cls is dict:
+        # Most are flat (token usage, config metadata): one copy, the check in C.
+        return (
+            value.copy()
+            if _KEPT.issuperset(map(type, value.values()))
+            else _detach(value, _MAPPING, None)
+        )
+    kind = _KINDS.get(cls)
     if kind is None:
-        kind = _kind(type(value))
+        kind = _kind(cls)
     return value if kind == _KEEP else _detach(value, kind, None)
 
 
@@ -236,11 +257,17 @@ def _detach(value: Any, kind: int, path: set[int] | None) -> Any:
     if path is not None and (key in path or len(path) > _MAX_DEPTH):
         return value
     copied: Any
-    if kind == _MAPPING:  # a dict is one copy in C
+    # A dict is one copy in C, and so is the check of a container holding no other (most
+    # do: lists of messages, flat metadata).
+    if kind == _MAPPING:
         copied = value.copy() if type(value) is dict else dict(value.items())
+        if _KEPT.issuperset(map(type, copied.values())):
+            return copied
         items = copied.items()
     else:
         copied = list(value)
+        if _KEPT.issuperset(map(type, copied)):
+            return copied
         items = enumerate(copied)
     inner = None
     # Items kept as they are (most of what callbacks see: scalars, messages) stay put.
@@ -462,6 +489,11 @@ def response_messages(response: LLMResult) -> list[AIMessage]:
     Streamed chunks become ordinary AI messages; a completion model's text becomes an AI
     message carrying the model name and token usage of the result's ``llm_output``.
     """
+    first = response.generations
+    if len(first) == 1 and len(first[0]) == 1:  # the common case: one message
+        only = first[0][0]
+        if type(only) is ChatGeneration and type(only.message) is AIMessage:
+            return [only.message]
     messages: list[AIMessage] = []
     for generations in response.generations:
         for generation in generations:
@@ -496,13 +528,18 @@ def ai_response_event(
     message: AIMessage, *, caller: str, latency_ms: int | None, llm_call_index: int
 ) -> EventKwargs:
     """``llm.ai.response`` for one generated message."""
-    metadata = {
-        "caller": caller,
-        "usage": detach(message.usage_metadata) if message.usage_metadata else {},
-        "latency_ms": latency_ms,
-        "llm_call_index": llm_call_index,
+    usage = message.usage_metadata
+    return {  # _event, inlined: one per model call
+        "event_type": _AI_RESPONSE_TYPE,
+        "category": _MESSAGE_CATEGORY,
+        "content": message,
+        "metadata": {
+            "caller": caller,
+            "usage": detach(usage) if usage else {},
+            "latency_ms": latency_ms,
+            "llm_call_index": llm_call_index,
+        },
     }
-    return _event(LLM_AI_RESPONSE_EVENT, message, metadata)
 
 
 def llm_error_event(error: BaseException, caller: str) -> EventKwargs:
@@ -539,11 +576,15 @@ def tool_result_messages(output: Any) -> list[BaseMessage]:
 
 def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:
     """``llm.tool.result`` for one message a tool returned."""
-    metadata: dict[str, Any] = {"caller": caller}
     tool_call_id = getattr(message, "tool_call_id", None)
-    if tool_call_id is not None:
-        metadata["tool_call_id"] = tool_call_id
-    return _event(LLM_TOOL_RESULT_EVENT, message, metadata)
+    return {  # _event, inlined: one per tool call
+        "event_type": _TOOL_RESULT_TYPE,
+        "category": _MESSAGE_CATEGORY,
+        "content": message,
+        "metadata": {"caller": caller}
+        if tool_call_id is None
+        else {"caller": caller, "tool_call_id": tool_call_id},
+    }
 
 
 def tool_error_event(

@@ -17,12 +17,13 @@ class ToolCallOutcomes:
     model call, or the run's end): a retry that succeeds replaces it with its result.
     """
 
-    __slots__ = ("_failed", "pending")
+    __slots__ = ("held", "pending")
 
     def __init__(self) -> None:
         #: Requested calls without an outcome: id -> (tool name, the control flow that stopped it).
         self.pending: dict[str, tuple[str | None, RunStatus | None]] = {}
-        self._failed: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        #: Held errors: id -> (caller, its ``tool.error``), until the call cannot be retried.
+        self.held: dict[str, tuple[str, Mapping[str, Any]]] = {}
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
         """Start waiting for an outcome of each call (calls without an id cannot be matched)."""
@@ -35,13 +36,13 @@ class ToolCallOutcomes:
         """Mark a call as ended (dropping an error a retry made good); False if not pending."""
         if tool_call_id is None:
             return False
-        self._failed.pop(tool_call_id, None)
+        self.held.pop(tool_call_id, None)
         return self.pending.pop(tool_call_id, False) is not False
 
     def answered_without_callback(self, tool_call_id: str | None) -> bool:
         """End a call that a message answers though no tool callback saw it (LangGraph's
         ``ToolNode`` answers an unknown tool name itself); False if that is not the case."""
-        if tool_call_id not in self.pending or tool_call_id in self._failed:
+        if tool_call_id not in self.pending or tool_call_id in self.held:
             return False
         if self.pending[tool_call_id][1] is not None:  # stopped by control flow
             return False
@@ -52,19 +53,19 @@ class ToolCallOutcomes:
         """Note that a call was stopped by control flow (``status``: what the stop stands for);
         its last attempt decides, so an error an earlier attempt left is dropped."""
         if tool_call_id in self.pending:
-            self._failed.pop(tool_call_id, None)
+            self.held.pop(tool_call_id, None)
             self.pending[tool_call_id] = (self.pending[tool_call_id][0], status)
 
     def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:
         """Hold the ``tool.error`` of a call made by ``caller`` (a later attempt replaces it)."""
-        self._failed[tool_call_id] = (caller, event)
+        self.held[tool_call_id] = (caller, event)
 
     def settle(self, caller: str | None = None) -> list[Mapping[str, Any]]:
         """Return the held errors (of ``caller``, or all) and count their calls as ended."""
         settled: list[Mapping[str, Any]] = []
-        if not self._failed:
+        if not self.held:
             return settled
-        for call_id, (held_by, event) in list(self._failed.items()):
+        for call_id, (held_by, event) in list(self.held.items()):
             if caller is None or held_by == caller:
                 self.resolve(call_id)
                 settled.append(event)

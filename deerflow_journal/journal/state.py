@@ -14,7 +14,6 @@ from langgraph.callbacks import GraphInterruptEvent
 
 from deerflow_journal.cost import estimate_cost
 from deerflow_journal.journal.mapping import (
-    LAST_AI_MESSAGE_MAX_CHARS,
     input_messages,
     latest_visible_human,
     message_text,
@@ -147,11 +146,6 @@ class RunState:
         self.started_at, self.started = datetime.now(UTC), time.monotonic()
         unbound, self.unbound_events = self.unbound_events, []
         return unbound
-
-    def note_ai_text(self, text: str) -> None:
-        """Remember a lead-agent response's text as the last AI message (if it has any)."""
-        if text.strip():
-            self.last_ai_message = text[:LAST_AI_MESSAGE_MAX_CHARS]
 
     def end(self, status: RunStatus, error: BaseException | None = None) -> None:
         """Record the terminal outcome and its timing."""

@@ -11,7 +11,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from deerflow_journal.catalog import is_middleware_caller
+from deerflow_journal.catalog import MIDDLEWARE_EVENT_PATTERN
 
 __all__ = ["TokenCounts", "TokenUsage", "token_counts"]
 
@@ -22,6 +22,7 @@ _DETAILS = (
     ("reasoning_tokens", "output_token_details", "reasoning"),
 )
 TokenCounts = dict[str, int]
+_MIDDLEWARE_PREFIX = MIDDLEWARE_EVENT_PATTERN.prefix
 _NUMBERS = (int, float)  # built once: an ``int | float`` union is a new object on every call
 
 
@@ -38,19 +39,28 @@ def token_counts(usage: Mapping[str, Any] | None) -> TokenCounts:
     """Read a LangChain ``usage_metadata`` dict into input/output/total and non-zero details."""
     if not usage:
         return {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-    input_tokens = _int(usage.get("input_tokens"))
-    output_tokens = _int(usage.get("output_tokens"))
+    # _int inlined for the common case, a positive int (one call per model response).
+    input_tokens = usage.get("input_tokens")
+    if type(input_tokens) is not int or input_tokens < 0:
+        input_tokens = _int(input_tokens)
+    output_tokens = usage.get("output_tokens")
+    if type(output_tokens) is not int or output_tokens < 0:
+        output_tokens = _int(output_tokens)
+    total = usage.get("total_tokens")
+    if type(total) is not int or total < 0:
+        total = _int(total)
     counts = {
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
-        "total_tokens": _int(usage.get("total_tokens")) or input_tokens + output_tokens,
+        "total_tokens": total or input_tokens + output_tokens,
     }
-    for bucket, section, key in _DETAILS:
-        details = usage.get(section)
-        # Most responses have no details: a falsy check spares the ABC isinstance.
-        value = _int(details.get(key)) if details and isinstance(details, Mapping) else 0
-        if value:
-            counts[bucket] = value
+    # Most responses have no details: a falsy check spares the loop and the ABC isinstance.
+    if usage.get("input_token_details") or usage.get("output_token_details"):
+        for bucket, section, key in _DETAILS:
+            details = usage.get(section)
+            value = _int(details.get(key)) if details and isinstance(details, Mapping) else 0
+            if value:
+                counts[bucket] = value
     return counts
 
 
@@ -103,30 +113,24 @@ class TokenUsage:
         if source_id in self._counted:
             return False
         self._counted.add(source_id)
-        for one in counts:
-            self._add(caller, model, one)
+        for one in counts:  # one per call but for external records: no method call each
+            total = one["total_tokens"]
+            self.total_input_tokens += one["input_tokens"]
+            self.total_output_tokens += one["output_tokens"]
+            self.total_tokens += total
+            if caller.startswith("subagent:"):
+                self.subagent_tokens += total
+            elif caller.startswith(_MIDDLEWARE_PREFIX):  # is_middleware_caller, for a str
+                self.middleware_tokens += total
+            else:
+                self.lead_agent_tokens += total
+            bucket = self.by_model.get(model)
+            if bucket is None:  # the model's first call: its counts (input, output, total, ...)
+                self.by_model[model] = dict(one)
+            else:
+                for key, value in one.items():
+                    bucket[key] = bucket.get(key, 0) + value
         return True
-
-    def _add(self, caller: str, model: str, counts: TokenCounts) -> None:
-        total = counts["total_tokens"]
-        self.total_input_tokens += counts["input_tokens"]
-        self.total_output_tokens += counts["output_tokens"]
-        self.total_tokens += total
-        if caller.startswith("subagent:"):
-            self.subagent_tokens += total
-        elif is_middleware_caller(caller):
-            self.middleware_tokens += total
-        else:
-            self.lead_agent_tokens += total
-        bucket = self.by_model.get(model)
-        if bucket is None:
-            bucket = self.by_model[model] = {
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "total_tokens": 0,
-            }
-        for key, value in counts.items():
-            bucket[key] = bucket.get(key, 0) + value
 
     def add_external(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Count usage records made elsewhere; return how many were counted.

@@ -126,19 +126,6 @@ class JournalWriter:
 
     # -- memory only (called under the journal's lock) -----------------------------------
 
-    def add(self, state: RunState, event: dict[str, Any]) -> None:
-        """Buffer one event of a bound run; start a background write at the threshold.
-
-        The event dict is the journal's own (built for this event, emitted once): it becomes
-        the buffered record in place.
-        """
-        event["thread_id"] = state.thread_id
-        event["run_id"] = state.run_id
-        event["user_id"] = state.user_id
-        event["created_at"] = time.time()
-        if self.buffer.add(event):
-            self.buffer.start_write(self.write_loop(state.sync))
-
     def queue_summary(self, state: RunState, build: SummaryBuilder) -> None:
         """Queue the run's summary, built by ``build`` when it is written."""
         self.buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
