@@ -235,7 +235,8 @@ def encode_json(value: Any, default: Callable[[Any], Any] = str) -> str:
         text = orjson.dumps(value, default=default, option=_ORJSON_OPTIONS).decode()
     except TypeError:  # a non-string key, an integer or a string orjson refuses
         text = None
-    if text is None or "\\u0000" in text:  # in a str: several times faster than in bytes
+    # A backslash is rare in JSON text and found by memchr: the longer search mostly skipped.
+    if text is None or ("\\" in text and "\\u0000" in text):
         text = orjson.dumps(_plain(value, default), option=_ORJSON_OPTIONS).decode()
     return text
 
