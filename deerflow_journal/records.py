@@ -13,6 +13,7 @@ import contextvars
 import enum
 import math
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -289,9 +290,9 @@ def normalise_created_at(value: datetime | str | None, field: str = "created_at"
                 _VALID_SECONDS.clear()
             _VALID_SECONDS[value[:19]] = None
             return value
-    if value is None:
-        moment = datetime.now(UTC)
-    elif isinstance(value, datetime):
+    if value is None:  # now, without building a datetime (half the time)
+        return utc_timestamp(time.time())
+    if isinstance(value, datetime):
         moment = value
     elif isinstance(value, str):
         try:
