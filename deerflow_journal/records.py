@@ -13,6 +13,7 @@ import contextvars
 import enum
 import math
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -235,7 +236,8 @@ def encode_json(value: Any, default: Callable[[Any], Any] = str) -> str:
         text = orjson.dumps(value, default=default, option=_ORJSON_OPTIONS).decode()
     except TypeError:  # a non-string key, an integer or a string orjson refuses
         text = None
-    if text is None or "\\u0000" in text:  # in a str: several times faster than in bytes
+    # A backslash is rare in JSON text and found by memchr: the longer search mostly skipped.
+    if text is None or ("\\" in text and "\\u0000" in text):
         text = orjson.dumps(_plain(value, default), option=_ORJSON_OPTIONS).decode()
     return text
 
@@ -288,9 +290,9 @@ def normalise_created_at(value: datetime | str | None, field: str = "created_at"
                 _VALID_SECONDS.clear()
             _VALID_SECONDS[value[:19]] = None
             return value
-    if value is None:
-        moment = datetime.now(UTC)
-    elif isinstance(value, datetime):
+    if value is None:  # now, without building a datetime (half the time)
+        return utc_timestamp(time.time())
+    if isinstance(value, datetime):
         moment = value
     elif isinstance(value, str):
         try:

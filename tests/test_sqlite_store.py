@@ -613,3 +613,141 @@ async def test_a_relative_path_stays_where_it_was_after_a_chdir(tmp_path: Path, 
     await store.close()
     assert [(e["seq"], e["content"]) for e in events] == [(1, "before"), (2, "after")]
     assert not (tmp_path / "elsewhere" / "journal.db").exists()
+
+
+# -- the counters the triggers keep --------------------------------------------------------
+
+#: What run_threads must hold, recomputed from run_events: per thread, over every user ('')
+#: and per user, its last row's seq, time and run, and how many runs it has.
+EXPECTED_THREADS = """
+    WITH keyed AS (
+        SELECT '' AS user_key, thread_id, run_id, seq, created_at FROM run_events
+        UNION ALL
+        SELECT user_id, thread_id, run_id, seq, created_at FROM run_events
+        WHERE user_id IS NOT NULL
+    )
+    SELECT k.user_key, k.thread_id, k.seq, k.created_at,
+        (SELECT count(DISTINCT run_id) FROM keyed
+         WHERE user_key = k.user_key AND thread_id = k.thread_id),
+        k.run_id
+    FROM keyed AS k
+    WHERE k.seq = (SELECT max(seq) FROM keyed
+                   WHERE user_key = k.user_key AND thread_id = k.thread_id)
+    ORDER BY 1, 2
+"""
+EXPECTED_MESSAGES = """
+    SELECT thread_id, coalesce(user_id, ''), count(*) FROM run_events
+    WHERE category = 'message' GROUP BY 1, 2 ORDER BY 1, 2
+"""
+
+
+def assert_counters_exact(db: sqlite3.Connection) -> None:
+    """run_threads (with each thread's last run), run_message_counts and run_thread_seq hold
+    what run_events says."""
+    assert (
+        db.execute(
+            "SELECT user_key, thread_id, last_seq, last_event_at, run_count, last_run_id "
+            "FROM run_threads ORDER BY 1, 2"
+        ).fetchall()
+        == db.execute(EXPECTED_THREADS).fetchall()
+    )
+    assert (
+        db.execute(
+            "SELECT thread_id, user_key, messages FROM run_message_counts WHERE messages > 0 "
+            "ORDER BY 1, 2"
+        ).fetchall()
+        == db.execute(EXPECTED_MESSAGES).fetchall()
+    )
+    # The counter never falls below a row's seq (deletes leave it where it was).
+    assert not db.execute(
+        "SELECT 1 FROM run_events AS e JOIN run_thread_seq AS s USING (thread_id) "
+        "WHERE e.seq > s.last_seq"
+    ).fetchall()
+
+
+def insert_raw(db: sqlite3.Connection, thread: str, run: str, user: str | None, at: str) -> None:
+    """Insert one row as another program would, numbered on from the thread's counter."""
+    db.execute(
+        "INSERT INTO run_events (thread_id, run_id, seq, event_type, category, content, "
+        "metadata, created_at, user_id) VALUES (?1, ?2, coalesce((SELECT last_seq FROM "
+        "run_thread_seq WHERE thread_id = ?1), 0) + 1, 'e', 'message', '1', '{}', ?3, ?4)",
+        (thread, run, at, user),
+    )
+
+
+def at(second: int) -> str:
+    return f"2026-01-02T03:04:{second:02d}.000000+00:00"
+
+
+async def test_every_writer_keeps_the_thread_list_and_message_counts_exact(tmp_path: Path):
+    # The store's batches share a time and mostly a run (the triggers' cheap path); rows of
+    # other programs, in any order of runs, users and times, and deletes must agree too.
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        with sqlite3.connect(path, isolation_level=None) as db:
+            for users in ([None] * 3, ["alice", None, "bob"], ["alice"] * 3):
+                batch = [ev(run, user_id=user) for run in ("r1", "r1", "r2") for user in users]
+                await store.put_batch(batch)
+                assert_counters_exact(db)
+            await store.put(**ev("r1", created_at=at(1), user_id="bob"))
+            steps = [
+                ("a", "r1", None, at(5)),
+                ("a", "r1", None, at(5)),
+                ("a", "r2", "alice", at(5)),
+                ("a", "r1", "alice", at(5)),  # an earlier run, back after another
+                ("a", "r1", "alice", at(4)),  # an earlier time
+                ("b", "r9", "bob", at(3)),
+                (T, "r2", None, at(6)),
+            ]
+            for thread, run, user, when in steps:
+                insert_raw(db, thread, run, user, when)
+                assert_counters_exact(db)
+            db.execute("DELETE FROM run_events WHERE thread_id = 'a' AND seq = 5")
+            assert_counters_exact(db)
+            db.execute("DELETE FROM run_events WHERE thread_id = 'a' AND user_id = 'alice'")
+            assert_counters_exact(db)
+            insert_raw(db, "a", "r2", "alice", at(5))  # alice's run again: it counts anew
+            await store.put_batch([{**ev("r3"), "thread_id": "a"}] * 2)
+            assert_counters_exact(db)
+            await store.delete_by_run(T, "r2")
+            await store.delete_by_thread("b")
+            assert_counters_exact(db)
+            await store.put_batch([ev("r2"), ev("r2", user_id="alice")])
+            assert_counters_exact(db)
+
+
+async def test_an_upgrade_keeps_the_counters_of_a_database_filled_before_it(tmp_path: Path):
+    # The migration that named each thread's last run, on a database of the version before it.
+    path = tmp_path / "j.db"
+    before = len(MIGRATIONS) - 2
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute(sqlite_module.SCHEMA.create_table)
+        for version in range(before + 1):
+            for statement in MIGRATIONS[version]:
+                db.execute(statement)
+            db.execute(sqlite_module.SCHEMA.record_version, (version,))
+        for thread, run, user, when in [
+            ("a", "r1", "alice", at(1)),
+            ("a", "r2", None, at(2)),
+            ("a", "r2", "bob", at(2)),
+            ("a", "r1", "alice", at(3)),
+            ("b", "r1", None, at(4)),
+            ("b", "r1", None, at(4)),
+        ]:
+            insert_raw(db, thread, run, user, when)
+        db.execute("DELETE FROM run_events WHERE thread_id = 'a' AND seq = 4")
+    async with SqliteRunEventStore(path) as store:
+        with sqlite3.connect(path, isolation_level=None) as db:
+            assert db.execute("SELECT max(v) FROM run_event_migrations").fetchall() == [
+                (len(MIGRATIONS) - 1,)
+            ]
+            assert_counters_exact(db)
+            # The same run and time again (the cheap path), then a new run, then a delete.
+            await store.put_batch([{**ev("r2"), "thread_id": "a", "created_at": at(2)}] * 2)
+            await store.put_batch([{**ev("r1"), "thread_id": "b", "created_at": at(4)}] * 2)
+            assert_counters_exact(db)
+            await store.put_batch([{**ev("r3", user_id="alice"), "thread_id": "a"}])
+            await store.delete_by_run("a", "r2")
+            assert_counters_exact(db)
+            threads = await store.list_threads()
+            assert [(t.thread_id, t.run_count) for t in threads] == [("a", 2), ("b", 1)]

@@ -11,6 +11,28 @@ from deerflow_journal.stores.base import Schema
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION"]
 
+
+def _thread_added(user_key: str, same_user: str) -> str:
+    """The body of a trigger that moves the ``user_key`` row of ``run_threads`` on to a new
+    row (``same_user`` narrows the probe for the run's earlier rows to that user's)."""
+    return f"""
+            UPDATE run_threads SET last_seq = NEW.seq
+            WHERE user_key = {user_key} AND thread_id = NEW.thread_id
+              AND last_run_id = NEW.run_id AND last_event_at = NEW.created_at;
+            INSERT INTO run_threads
+                (user_key, thread_id, last_seq, last_event_at, run_count, last_run_id)
+            SELECT {user_key}, NEW.thread_id, NEW.seq, NEW.created_at, 1, NEW.run_id
+            WHERE changes() = 0
+            ON CONFLICT (user_key, thread_id) DO UPDATE SET
+                last_seq = excluded.last_seq,
+                last_event_at = excluded.last_event_at,
+                last_run_id = excluded.last_run_id,
+                run_count = run_count + (last_run_id IS NOT excluded.last_run_id AND NOT EXISTS (
+                    SELECT 1 FROM run_events
+                    WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id
+                      {same_user}AND seq < NEW.seq));"""
+
+
 #: Schema migrations; a migration's index in this list is the schema version it creates.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -197,6 +219,52 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             ON run_summaries (user_key, started_key, thread_id, run_id)""",
         """CREATE INDEX run_summaries_user_status_recent
             ON run_summaries (user_key, status, started_key, thread_id, run_id)""",
+    ),
+    (
+        # Each thread row also names the run of its last event. A batch's rows share a run and
+        # a created_at, so most rows then only move last_seq: a plain UPDATE, which neither
+        # rewrites the run_threads_recent entry nor probes for the run's earlier rows (an
+        # upsert that sets last_event_at does both, for every row).
+        "ALTER TABLE run_threads ADD COLUMN last_run_id TEXT",
+        """UPDATE run_threads SET last_run_id = (
+            SELECT run_id FROM run_events
+            WHERE thread_id = run_threads.thread_id AND seq = run_threads.last_seq)""",
+        "DROP TRIGGER run_events_thread_added",
+        "DROP TRIGGER run_events_thread_added_for_user",
+        "DROP TRIGGER run_events_thread_removed",
+        # changes() in a trigger's second statement counts the rows of its first: the upsert
+        # runs only when the UPDATE found no row to move on. A run is new unless it is the
+        # run of the last row, or has an earlier row.
+        f"""CREATE TRIGGER run_events_thread_added AFTER INSERT ON run_events
+        BEGIN{_thread_added("''", "")}
+        END""",
+        f"""CREATE TRIGGER run_events_thread_added_for_user AFTER INSERT ON run_events
+        WHEN NEW.user_id IS NOT NULL
+        BEGIN{_thread_added("NEW.user_id", "AND +user_id = NEW.user_id ")}
+        END""",
+        # As before, and the row that becomes a thread's last names its run.
+        """CREATE TRIGGER run_events_thread_removed AFTER DELETE ON run_events
+        BEGIN
+            UPDATE run_threads SET run_count = run_count - 1
+            WHERE user_key = '' AND thread_id = OLD.thread_id AND NOT EXISTS (
+                SELECT 1 FROM run_events WHERE thread_id = OLD.thread_id AND run_id = OLD.run_id);
+            UPDATE run_threads SET run_count = run_count - 1
+            WHERE user_key = OLD.user_id AND thread_id = OLD.thread_id AND NOT EXISTS (
+                SELECT 1 FROM run_events
+                WHERE thread_id = OLD.thread_id AND run_id = OLD.run_id
+                  AND +user_id = OLD.user_id);
+            DELETE FROM run_threads
+            WHERE user_key IN ('', OLD.user_id) AND thread_id = OLD.thread_id AND run_count = 0;
+            UPDATE run_threads SET (last_seq, last_event_at, last_run_id) = (
+                SELECT seq, created_at, run_id FROM run_events
+                WHERE thread_id = OLD.thread_id ORDER BY seq DESC LIMIT 1)
+            WHERE user_key = '' AND thread_id = OLD.thread_id AND last_seq = OLD.seq;
+            UPDATE run_threads SET (last_seq, last_event_at, last_run_id) = (
+                SELECT seq, created_at, run_id FROM run_events
+                WHERE thread_id = OLD.thread_id AND +user_id = OLD.user_id
+                ORDER BY seq DESC LIMIT 1)
+            WHERE user_key = OLD.user_id AND thread_id = OLD.thread_id AND last_seq = OLD.seq;
+        END""",
     ),
 )
 
