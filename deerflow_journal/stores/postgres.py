@@ -300,11 +300,11 @@ _COLUMNS = (
 # A write of events: each thread's counter moves on by its events, which take the seqs before.
 # In a transaction the thread locks come first (``_lock_threads``). ``locked`` makes it one
 # autocommitted statement: it takes the locks itself before the counter upsert, which waits
-# for them through the InitPlan on ``l``, and the triggers' queries, each with a snapshot of
-# its own, see every write committed before the locks were granted. That holds at READ
-# COMMITTED only: at another level the statement writes nothing and returns no row. With
-# ``batch`` a batch recorded already writes nothing and returns no row either; the rows end
-# with the batch's number otherwise.
+# for them (reading ``l``, or for a batch through an InitPlan counting it), and the triggers'
+# queries, each with a snapshot of its own, see every write committed before the locks were
+# granted. That holds at READ COMMITTED only: at another level the statement writes nothing
+# and returns no row. With ``batch`` a batch recorded already writes nothing and returns no
+# row either; the rows end with the batch's number otherwise.
 def _insert_sql(*, single: bool, locked: bool, batch: bool) -> str:
     """The insert of one event (scalar parameters) or of a batch (arrays, in order)."""
     recorded = f"AND {_AT_READ_COMMITTED}" + (" AND EXISTS (SELECT 1 FROM rec)" if batch else "")
