@@ -269,6 +269,40 @@ MIGRATIONS: tuple[str, ...] = (
         SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off""",
     """ALTER FUNCTION run_events_thread_removed()
         SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off""",
+    # Without hash and merge joins, joining a statement's threads to their new runs took time
+    # growing with the square of their number. Each run's earlier rows are now looked up
+    # per run (a subquery in a FILTER, which stays a per-row lookup), so only sequential
+    # scans need to be ruled out.
+    """CREATE OR REPLACE FUNCTION run_events_thread_added() RETURNS trigger LANGUAGE plpgsql
+    SET enable_seqscan = off AS $$
+    BEGIN
+        WITH keyed AS (
+            SELECT '' AS user_key, thread_id, run_id, seq, created_at FROM added
+            UNION ALL
+            SELECT user_id, thread_id, run_id, seq, created_at FROM added
+            WHERE user_id IS NOT NULL
+        ), last AS (
+            SELECT DISTINCT ON (user_key, thread_id) user_key, thread_id, seq, created_at
+            FROM keyed ORDER BY user_key, thread_id, seq DESC
+        ), runs AS (
+            SELECT r.user_key, r.thread_id, count(*) FILTER (WHERE NOT EXISTS (
+                SELECT 1 FROM run_events AS e
+                WHERE e.thread_id = r.thread_id AND e.run_id = r.run_id
+                  AND e.seq < r.first_seq AND (r.user_key = '' OR e.user_id = r.user_key)
+            )) AS runs
+            FROM (SELECT user_key, thread_id, run_id, min(seq) AS first_seq
+                  FROM keyed GROUP BY 1, 2, 3) AS r
+            GROUP BY 1, 2
+        )
+        INSERT INTO run_threads AS t (user_key, thread_id, last_seq, last_event_at, run_count)
+        SELECT l.user_key, l.thread_id, l.seq, l.created_at, n.runs
+        FROM last AS l JOIN runs AS n USING (user_key, thread_id)
+        ON CONFLICT (user_key, thread_id) DO UPDATE SET
+            last_seq = excluded.last_seq,
+            last_event_at = excluded.last_event_at,
+            run_count = t.run_count + excluded.run_count;
+        RETURN NULL;
+    END $$""",
 )
 
 _SCHEMA = Schema(
