@@ -76,6 +76,35 @@ def refusing(word: str) -> Wrapper:
     return wrapper
 
 
+def failing_first(failures: list[Exception]) -> Wrapper:
+    """A store whose next journal writes raise ``failures`` in turn, and then write."""
+
+    async def wrapper(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
+        if failures:
+            raise failures.pop(0)
+        return await real(events, summaries, batch_id)
+
+    return wrapper
+
+
+async def run_on_failing_store(
+    store: RunEventStore, failures: list[Exception], flushes: int
+) -> RunJournal:
+    """Journal one run on ``store`` whose writes first raise ``failures``; flush (at most
+    ``flushes`` times) until a flush writes."""
+    errors = tuple({type(failure) for failure in failures})
+    wrap_writes(store, failing_first(failures))
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    for _ in range(flushes):
+        try:
+            await journal.flush()
+            break
+        except errors:
+            pass
+    return journal
+
+
 async def test_an_event_its_store_refuses_is_dropped_alone_and_counted(store, caplog):
     wrap_writes(store, refusing("forbidden"))
     journal = RunJournal(event_store=store, flush_threshold=1000)  # one batch for the run
@@ -97,21 +126,8 @@ async def test_an_event_its_store_refuses_is_dropped_alone_and_counted(store, ca
 
 async def test_a_failing_store_is_retried_and_nothing_is_dropped(store, caplog):
     failures = [ConnectionError("server closed the connection"), ValueError("pool is closing")]
-
-    async def flaky(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
-        if failures:
-            raise failures.pop(0)
-        return await real(events, summaries, batch_id)
-
-    wrap_writes(store, flaky)
-    journal = RunJournal(event_store=store, flush_threshold=1000)
-    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
-    for _ in range(3):  # the run's own write at its end may take the first failure
-        try:
-            await journal.flush()
-            break
-        except (ConnectionError, ValueError):
-            pass
+    # The run's own write at its end may take the first failure.
+    journal = await run_on_failing_store(store, failures, flushes=3)
     assert not failures
     sequence, summary = await stored(journal)
     assert sequence == ONE_TOOL_CALL_SEQUENCE
@@ -213,21 +229,8 @@ def journal_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def test_a_store_down_for_many_writes_is_said_once_and_its_return_too(store, caplog):
     failures = [ConnectionError(f"server down ({i})") for i in range(6)]
-
-    async def down(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
-        if failures:
-            raise failures.pop(0)
-        return await real(events, summaries, batch_id)
-
-    wrap_writes(store, down)
-    journal = RunJournal(event_store=store, flush_threshold=1000)
-    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
-    for _ in range(10):  # each flush sends the backlog again until the store answers
-        try:
-            await journal.flush()
-            break
-        except ConnectionError:
-            pass
+    # Each flush sends the backlog again until the store answers.
+    journal = await run_on_failing_store(store, failures, flushes=10)
     assert not failures
     sequence, _ = await stored(journal)
     assert sequence == ONE_TOOL_CALL_SEQUENCE
@@ -243,18 +246,8 @@ async def test_a_store_that_goes_on_failing_is_said_again_after_a_while(store, c
 
     monkeypatch.setattr(buffer._FailedWrites, "repeat_seconds", 0.0)  # every failure is "a while"
     failures = [ConnectionError("down") for _ in range(3)]
-
-    async def down(real: RealWrite, events: Any, summaries: Any, batch_id: Any) -> Written:
-        if failures:
-            raise failures.pop(0)
-        return await real(events, summaries, batch_id)
-
-    wrap_writes(store, down)
-    journal = RunJournal(event_store=store, flush_threshold=1000)
-    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
-    for _ in range(5):
-        with contextlib.suppress(ConnectionError):
-            await journal.flush()
+    await run_on_failing_store(store, failures, flushes=5)
+    assert not failures
     said = journal_warnings(caplog)
     waiting = len(ONE_TOOL_CALL_SEQUENCE)
     assert said == [
