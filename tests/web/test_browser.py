@@ -23,6 +23,8 @@ import httpx
 import pytest
 
 from deerflow_journal import open_store
+from tests.backends import skip_unless_ci
+from tests.journal.agents import ONE_TOOL_CALL_SEQUENCE
 from tests.web.journals import XSS_HUMAN, fill
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,9 +43,7 @@ def chromium_or_skip() -> None:
         f"no Chromium at {CHROMIUM}: install the OS package (apt-get install -y chromium "
         "chromium-driver) to run the browser tests"
     )
-    if os.environ.get("CI") == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    skip_unless_ci(message)
 
 
 def free_port() -> int:
@@ -159,14 +159,7 @@ def test_follow_a_run_from_the_threads_page_to_a_tool_calls_result(served: Serve
     page.click(f"a.run >> text={runs[-1]}")
     page.wait_for_url(f"**/threads/weather/runs/{runs[-1]}")
     rows = page.locator("#timeline .row[data-seq] .kind").all_inner_texts()
-    assert rows == [
-        "run.start",
-        "llm.human.input",
-        "llm.ai.response",
-        "llm.tool.result",
-        "llm.ai.response",
-        "run.end",
-    ]
+    assert rows == ONE_TOOL_CALL_SEQUENCE
     # Expand the tool call's payload: the JSON record of the call.
     call = page.locator("#timeline .row[data-seq]").nth(2)
     payload = call.locator("pre.payload")
