@@ -22,19 +22,23 @@ SCRIPT = ROOT / "benchmarks" / "bench_journal.py"
 TINY = ["--runs", "3", "--rounds", "1", "--invocations", "3", "--block", "2"]
 
 
-def run_benchmark(*args: str, path: str | None = None) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    if path is not None:
-        env["PATH"] = path
+def run_script(name: str, *args: str, **env: str) -> str:
+    """Run ``benchmarks/{name}`` with ``args`` (and ``env`` on top of ours); its output, once
+    it has exited cleanly."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), *TINY, *args],
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def run_benchmark(*args: str, path: str | None = None) -> str:
+    """The journal benchmark at tiny sizes (``path``: the PATH it runs with)."""
+    return run_script("bench_journal.py", *TINY, *args, **({} if path is None else {"PATH": path}))
 
 
 def test_the_journal_benchmark_prints_every_timed_figure():
@@ -99,53 +103,31 @@ async def test_the_sqlite_floor_stores_every_run_numbered_in_its_thread(tmp_path
 
 def test_the_store_benchmark_prints_every_browsing_figure():
     tiny = ["--skip-writes", "--skip-reads", "--browse-sizes", "60,120", "--show-events", "50"]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_stores.py"), *tiny],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = run_script("bench_stores.py", *tiny)
     for backend in ("memory", "sqlite"):
         for figure in ("list_threads", "list_run_summaries", "list_run_summaries error"):
             for page in ("first page", "deep page"):
                 if figure.endswith("error") and page == "first page":
                     continue
-                assert f"browse {backend} 120 threads {figure} {page}" in done.stdout
-                assert f"browse {backend} {figure} {page}: 120 vs 60 threads = " in done.stdout
-        assert f"browse {backend} show a 50-event run (read + render)" in done.stdout
+                assert f"browse {backend} 120 threads {figure} {page}" in out
+                assert f"browse {backend} {figure} {page}: 120 vs 60 threads = " in out
+        assert f"browse {backend} show a 50-event run (read + render)" in out
 
 
 def test_the_serve_benchmark_prints_every_figure_against_the_direct_read():
     tiny = ["--events", "1200", "--requests", "6", "--concurrency", "2"]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_serve.py"), *tiny],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = run_script("bench_serve.py", *tiny)
     for page in ("events page of 500", "messages page of 50"):
-        assert f"{page}: direct" in done.stdout
-        assert f"{page}: HTTP, 2 clients" in done.stdout
-        (http,) = [line for line in done.stdout.splitlines() if f"{page}: HTTP, 1 client" in line]
+        assert f"{page}: direct" in out
+        assert f"{page}: HTTP, 2 clients" in out
+        (http,) = [line for line in out.splitlines() if f"{page}: HTTP, 1 client" in line]
         assert "req/s" in http and "p99" in http and "x direct p50" in http
 
 
 def test_the_integrations_benchmark_prints_every_figure():
-    script = ROOT / "benchmarks" / "bench_integrations.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--invocations", "2", "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = run_script("bench_integrations.py", "--invocations", "2", "--rounds", "1")
     for figure in ("invoke, enable()", "estimate_cost, 2 models", "run_spans, per event"):
-        assert figure in done.stdout
+        assert figure in out
 
 
 def pg_dsn() -> str:
@@ -155,22 +137,11 @@ def pg_dsn() -> str:
 
 def test_the_concurrent_runs_benchmark_prints_journal_and_floor_rates():
     tiny = ["--concurrent", "4", "--waves", "1", "--rounds", "1"]
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_concurrent.py"), *tiny],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "DEERFLOW_JOURNAL_TEST_PG_DSN": pg_dsn()},
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 concurrent runs sqlite floor: " in done.stdout
-    assert re.search(r"4 concurrent runs sqlite journal CPU: [\d.]+ ms per run", done.stdout)
-    assert re.search(
-        r"4 concurrent runs sqlite journal: [\d.]+ runs/s  \([\d.]+x floor", done.stdout
-    )
-    if "4 concurrent runs postgres: skipped" in done.stdout:
-        assert os.environ.get("CI") != "true", done.stdout  # CI has a server: it must run
+    out = run_script("bench_concurrent.py", *tiny, DEERFLOW_JOURNAL_TEST_PG_DSN=pg_dsn())
+    assert "4 concurrent runs sqlite floor: " in out
+    assert re.search(r"4 concurrent runs sqlite journal CPU: [\d.]+ ms per run", out)
+    assert re.search(r"4 concurrent runs sqlite journal: [\d.]+ runs/s  \([\d.]+x floor", out)
+    if "4 concurrent runs postgres: skipped" in out:
+        assert os.environ.get("CI") != "true", out  # CI has a server: it must run
     else:
-        assert re.search(
-            r"4 concurrent runs postgres journal: [\d.]+ runs/s  \([\d.]+x floor", done.stdout
-        )
+        assert re.search(r"4 concurrent runs postgres journal: [\d.]+ runs/s  \([\d.]+x floor", out)
