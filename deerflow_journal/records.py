@@ -44,6 +44,7 @@ __all__ = [
     "normalise_batch",
     "normalise_created_at",
     "normalise_event",
+    "normalise_journal_batch",
     "resolve_read_user",
     "user_scope",
     "utc_timestamp",
@@ -345,7 +346,6 @@ class PendingEvent:
     run_id: str
     event_type: str
     category: str
-    metadata: dict[str, Any]
     content_json: str
     metadata_json: str
     created_at: str
@@ -353,11 +353,21 @@ class PendingEvent:
     #: ``metadata.task_id`` and ``metadata.caller`` when they are text: stores index them.
     task_id: str | None = None
     caller: str | None = None
+    #: The metadata as plain JSON values, if decoded already (``metadata`` decodes it once).
+    decoded_metadata: dict[str, Any] | None = None
 
     @property
     def content(self) -> Any:
         """The content as plain JSON values, decoded afresh from ``content_json``."""
         return orjson.loads(self.content_json)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The metadata as plain JSON values (decoded from ``metadata_json`` on first use)."""
+        metadata = self.decoded_metadata
+        if metadata is None:
+            metadata = self.decoded_metadata = orjson.loads(self.metadata_json)
+        return metadata
 
     def columns(self) -> tuple[Any, ...]:
         """The row the SQL backends store, in their ``INSERT``'s column order."""
@@ -474,7 +484,6 @@ def normalise_event(
             run_id,
             event_type,
             category,
-            metadata,
             content_json,
             metadata_json,
             now
@@ -483,6 +492,7 @@ def normalise_event(
             user_id,
             task_id,
             caller if type(caller := metadata.get("caller")) is str else None,
+            metadata,
         )
     except EventRefused:
         raise
@@ -538,6 +548,120 @@ def normalise_batch(
         )
         for i, event in enumerate(events)
     ]
+
+
+#: (event type, category) pairs found valid: ``check_text`` depends on nothing else, and a
+#: journal writes a few kinds over and over.
+_VALID_KINDS: set[tuple[str, str]] = set()
+
+
+def normalise_journal_batch(
+    events: Sequence[Mapping[str, Any]],
+    *,
+    max_trace_content: int | None = DEFAULT_MAX_TRACE_CONTENT,
+    max_outputs_content: int | None = DEFAULT_MAX_OUTPUTS_CONTENT,
+    default: Callable[[Any], Any] = str,
+) -> list[PendingEvent]:
+    """``normalise_batch`` for the events a journal built: the same events, or the same error.
+
+    A journal's event is a dict with every field, its ids and kinds drawn from a few values
+    and its ``created_at`` a stored timestamp: those are checked once per value, not once per
+    event. Content and metadata are encoded, cut and measured as ``normalise_event`` does, and
+    the metadata is not decoded (``PendingEvent.metadata`` decodes it if a backend reads it).
+    Any event not of that shape, or that would be refused, sends the whole batch through
+    ``normalise_batch``, which stores the same or raises what it always raised.
+    """
+    if type(events) is list:
+        pending = []
+        ids: set[tuple[str, str, str | None]] = set()  # (thread, run, user) found valid
+        for event in events:
+            found = _journal_event(event, ids, max_trace_content, max_outputs_content, default)
+            if found is None:
+                break
+            pending.append(found)
+        else:
+            return pending
+    return normalise_batch(
+        events,
+        max_trace_content=max_trace_content,
+        max_outputs_content=max_outputs_content,
+        default=default,
+    )
+
+
+def _journal_event(
+    event: Any,
+    ids: set[tuple[str, str, str | None]],
+    max_trace_content: int | None,
+    max_outputs_content: int | None,
+    default: Callable[[Any], Any],
+) -> PendingEvent | None:
+    """``normalise_event`` of a journal's event, or ``None`` if it is not of the usual shape
+    (``normalise_event`` then decides it)."""
+    try:
+        if type(event) is not dict or not _ALLOWED_KEYS.issuperset(event):
+            return None
+        thread_id, run_id, user_id = event["thread_id"], event["run_id"], event["user_id"]
+        if (thread_id, run_id, user_id) not in ids:
+            check_text(thread_id, "thread_id")
+            check_text(run_id, "run_id")
+            if user_id is not None:
+                check_text(user_id, "user_id")
+            ids.add((thread_id, run_id, user_id))
+        event_type, category = event["event_type"], event["category"]
+        if (event_type, category) not in _VALID_KINDS:
+            check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
+            check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)
+            if len(_VALID_KINDS) >= 1024:  # bounded: tags made on the fly would pile up
+                _VALID_KINDS.clear()
+            _VALID_KINDS.add((event_type, category))
+        created_at = event["created_at"]
+        metadata = event["metadata"]
+        if created_at is None or type(metadata) is not dict:
+            return None  # a batch's shared now, an empty or copied metadata: not here
+        created_at = normalise_created_at(created_at)
+        content = event["content"]
+        content_json = encode_json(content, default)
+        limit = (
+            max_trace_content
+            if category == "trace"
+            else max_outputs_content
+            if category == "outputs"
+            else None
+        )
+        if limit is not None:
+            text = _clean_text(content) if isinstance(content, str) else content_json
+            raw = text.encode()
+            if len(raw) > limit:
+                content = raw[:limit].decode("utf-8", "ignore")
+                content_json = encode_json(content)
+                metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
+        # orjson alone (no TypeError, no U+0000 to clean): every key is a str, and a str value
+        # decodes as itself, so task_id and caller are read without decoding the metadata.
+        metadata_json = orjson.dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()
+        if "\\" in metadata_json and "\\u0000" in metadata_json:
+            return None
+        if len(content_json) > JSON_MAX_LENGTH or len(metadata_json) > JSON_MAX_LENGTH:
+            return None
+        task_id, caller = metadata.get("task_id"), metadata.get("caller")
+        if (task_id is not None and (type(task_id) is not str or len(task_id) > ID_MAX_LENGTH)) or (
+            caller is not None and type(caller) is not str
+        ):
+            return None
+    except Exception:
+        return None
+    return PendingEvent(
+        thread_id,
+        run_id,
+        event_type,
+        category,
+        content_json,
+        metadata_json,
+        created_at,
+        user_id,
+        task_id,
+        caller,
+    )
 
 
 def check_max_trace_content(value: int | None, name: str = "max_trace_content") -> int | None:

@@ -58,6 +58,7 @@ from deerflow_journal.records import (
     encode_json,
     normalise_batch,
     normalise_event,
+    normalise_journal_batch,
     resolve_read_user,
 )
 from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQuery
@@ -727,16 +728,17 @@ class RunEventStore(ABC):
     ) -> bool:
         """Append ``events`` and upsert ``summaries`` in one write, all or nothing.
 
-        ``RunJournal``'s flush: normalised like ``put_batch`` (``default`` encodes the values
-        JSON cannot hold) and ``put_run_summary``, but returns no records and is not shielded,
-        since the journal awaits it to the end itself. A ``batch_id`` is recorded with the
+        ``RunJournal``'s flush: stored as ``put_batch`` and ``put_run_summary`` store them
+        (``default`` encodes the values JSON cannot hold; see ``normalise_journal_batch``), but
+        returns no records and is not shielded, since the journal awaits it to the end
+        itself. A ``batch_id`` is recorded with the
         write: a batch with an id the store took already writes nothing and returns False
         (the journal retries a write whose answer was lost, say with its connection).
         """
         self._check_writable("write the journal's batch")
         if batch_id is not None:
             check_text(batch_id, "batch_id")
-        pending = normalise_batch(
+        pending = normalise_journal_batch(
             events,
             max_trace_content=self.max_trace_content,
             max_outputs_content=self.max_outputs_content,

@@ -122,13 +122,19 @@ class MemoryRunEventStore(RunEventStore):
 
     # No await in a write: each is atomic on the event loop.
 
-    def _add(self, event: PendingEvent) -> int:
-        thread = self._thread(event.thread_id)
-        seq = thread.last_seq = thread.last_seq + 1
-        # Not columns(): the thread id is the key of the rows, not one of their fields.
-        e = event
-        thread.add(
-            (
+    def _add(self, events: list[PendingEvent]) -> list[int]:
+        """Store ``events`` in order; their seqs."""
+        threads, seqs = self._threads, []
+        # The last event of each (thread, run, user), in the order of those last events: the
+        # threads' activity is what it would be after each event in turn.
+        latest: dict[tuple[str, str, str | None], tuple[int, str]] = {}
+        for e in events:
+            thread = threads.get(e.thread_id)
+            if thread is None:
+                thread = threads[e.thread_id] = _Thread(e.thread_id)
+            seq = thread.last_seq = thread.last_seq + 1
+            # Not columns(): the thread id is the key of the rows, not one of their fields.
+            row = (
                 seq,
                 e.run_id,
                 e.event_type,
@@ -140,9 +146,14 @@ class MemoryRunEventStore(RunEventStore):
                 e.task_id,
                 e.caller,
             )
-        )
-        self._activity.added(event.thread_id, event.run_id, event.user_id, seq, event.created_at)
-        return seq
+            thread.indexes.add(row, seq, e.run_id, e.user_id, e.category == "message")
+            seqs.append(seq)
+            key = (e.thread_id, e.run_id, e.user_id)
+            latest.pop(key, None)
+            latest[key] = (seq, e.created_at)
+        for (thread_id, run_id, user_id), (seq, created_at) in latest.items():
+            self._activity.added(thread_id, run_id, user_id, seq, created_at)
+        return seqs
 
     def _write(self, write: Write) -> asyncio.Future[Written]:
         # Done before it returns: the caller awaits it without a task or a turn of the loop.
@@ -166,7 +177,7 @@ class MemoryRunEventStore(RunEventStore):
             stored = self._summaries.get((summary["thread_id"], summary["run_id"]))
             if stored is not None and stored["user_id"] != summary["user_id"]:
                 raise other_users_summary_error(summary)
-        seqs = [self._add(event) for event in write.events]
+        seqs = self._add(write.events) if write.events else []
         for summary in write.summaries:
             self._summaries[(summary["thread_id"], summary["run_id"])] = summary
         self._batch_ids.add(write.batch_id)
