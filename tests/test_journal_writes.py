@@ -3,9 +3,12 @@ summaries in one write, all or nothing."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from deerflow_journal import RunSummary
+from deerflow_journal.journal.mapping import MessageEncoder
+from tests.journal_events import nasty_events
 
 
 def start_event(thread_id: str, run_id: str, user_id: str | None = None) -> dict[str, object]:
@@ -124,3 +127,25 @@ async def test_sql_stores_forget_old_batch_ids_only_every_so_many_batches(store,
     sql = store.__class__.__name__.startswith(("Sqlite", "Postgres"))
     assert (not await store._put_journal_batch([], [], batch_id="b2")) == sql
     assert await store._put_journal_batch([], [], batch_id="b1")  # forgotten everywhere
+
+
+async def test_a_journal_write_stores_what_put_batch_stores(store):
+    # Each event alone (most take the journal's own path) and all in one batch (which the
+    # events it cannot take send down put_batch's path).
+    for event in nasty_events("alone", messages=False):
+        await store._put_journal_batch([event], [], MessageEncoder())
+    await store._put_journal_batch(nasty_events("batch", messages=False), [], MessageEncoder())
+    await store.put_batch(nasty_events("public", messages=False))
+
+    async def stored(thread_id: str) -> list[bytes]:
+        found = await store.list_events(thread_id, "r", user_id=None)
+        found += await store.list_events(thread_id, "r", task_id="task-1", user_id=None)
+        seqs = await store.get_last_visible_ai_seq_by_run(thread_id, ["r"], user_id=None)
+        return [orjson.dumps({**record, "thread_id": ""}) for record in found] + [
+            orjson.dumps(seqs)
+        ]
+
+    public = await stored("public")
+    assert len(public) == 14
+    assert await stored("alone") == public
+    assert await stored("batch") == public

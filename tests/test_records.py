@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+import orjson
 import pytest
 
 from deerflow_journal import AUTO, MemoryRunEventStore, current_user_id, user_scope
+from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import (
+    PendingEvent,
     decode_json,
     encode_json,
     normalise_batch,
     normalise_created_at,
     normalise_event,
+    normalise_journal_batch,
     resolve_read_user,
     utc_timestamp,
 )
 from deerflow_journal.stores import DEFAULT_STORE_URL, STORE_URL_ENV, default_store_url, open_store
+from tests.journal_events import journal_event, nasty_events
 
 
 def event(**extra):
@@ -287,3 +293,45 @@ def test_names_share_the_id_rules():
         normalise_event(event(event_type="a\tb"))
     with pytest.raises(ValueError, match="category must be valid Unicode"):
         normalise_event(event(category="\udc00"))
+
+
+def _stored(pending: PendingEvent) -> tuple[object, ...]:
+    """What a backend stores of a normalised event, and what its record returns."""
+    return (*pending.columns(), orjson.dumps(pending.metadata), orjson.dumps(pending.content))
+
+
+@pytest.mark.parametrize("limits", [(10240, 65536), (None, None), (5, 7)])
+def test_the_journal_batch_normalises_as_normalise_batch_does(limits):
+    trace, outputs = limits
+    events = nasty_events("t")
+    options = {"max_trace_content": trace, "max_outputs_content": outputs}
+    expected = normalise_batch(events, **options, default=MessageEncoder())
+    whole = normalise_journal_batch(events, **options, default=MessageEncoder())
+    alone = [normalise_journal_batch([e], **options, default=MessageEncoder())[0] for e in events]
+    # Content of every kind stays on the journal's path (its metadata not decoded), unless
+    # the metadata needs cleaning.
+    fast = [p.decoded_metadata is None for p in alone]
+    assert fast == [True, False, False, True, True, True] + [False] * 5 + [True] * 3
+    assert [_stored(p) for p in whole] == [_stored(p) for p in expected]
+    assert [_stored(p) for p in alone] == [_stored(p) for p in expected]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"metadata": {"task_id": "x" * 129}},
+        {"content": {"a": 1, 1: 2, "1": 3}},
+        {"event_type": "bad\x00type"},
+        {"thread_id": ""},
+        {"user_id": 5},
+        {"created_at": "yesterday"},
+        {"seq": 3},
+    ],
+)
+def test_the_journal_batch_refuses_what_normalise_batch_refuses(bad):
+    events = [journal_event("t", "run.start", "trace", "", {}), {**event(), **bad}]
+    events[1] = {**journal_event("t", "llm.error", "trace", "", {}), **bad}
+    with pytest.raises((TypeError, ValueError)) as expected:
+        normalise_batch(events)
+    with pytest.raises(type(expected.value), match=re.escape(str(expected.value))):
+        normalise_journal_batch(events)
