@@ -61,7 +61,7 @@ def nasty_events(thread_id: str, *, messages: bool = True) -> list[dict[str, Any
             thread_id,
             "llm.tool.result",
             "message",
-            {1: "one", None: "none", True: "yes", 1.5: "x", Colour.RED: [2**70, -(2**70)]},
+            {1: "one", None: "none", False: "no", 1.5: "x", Colour.RED: [2**70, -(2**70)]},
             {2: "two", "caller": "lead_agent", "task_id": "task-1", "big": 2**64},
         ),
         journal_event(thread_id, "run.start", "trace", multibyte, {"caller": "lead_agent"}),

@@ -3,11 +3,15 @@ summaries in one write, all or nothing."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import orjson
 import pytest
 
 from deerflow_journal import RunSummary
 from deerflow_journal.journal.mapping import MessageEncoder
+from deerflow_journal.records import decode_json, encode_json
+from deerflow_journal.stores.base import _summary_data
 from tests.journal_events import nasty_events
 
 
@@ -149,3 +153,28 @@ async def test_a_journal_write_stores_what_put_batch_stores(store):
     assert len(public) == 14
     assert await stored("alone") == public
     assert await stored("batch") == public
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"first_human_message": "hi\x00", "last_ai_message": "\ud800"},
+        {"total_tokens": 2**70, "token_usage_by_model": {"m": {"input_tokens": -(2**64)}}},
+        {"estimated_cost_usd": float("inf"), "estimated_cost_by_model": {"m": 0.5}},
+        {"estimated_cost_by_model": {"m": float("nan"), "n": None}},
+        {"started_at": datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC), "error": {"k": "v\x00"}},
+    ],
+)
+def test_a_summary_is_stored_as_its_json_text_reads_back(fields):
+    summary = RunSummary(thread_id="t", run_id="r", **fields)
+    expected = decode_json(encode_json(summary.to_json_dict()))
+    assert repr(_summary_data(summary)) == repr(expected)
+
+
+def test_the_costs_are_the_only_floats_of_a_summary():
+    # _summary_data checks those for NaN and infinities, which JSON does not keep.
+    floats = {
+        name for name, field in RunSummary.model_fields.items() if "float" in str(field.annotation)
+    }
+    assert floats == {"estimated_cost_usd", "estimated_cost_by_model"}

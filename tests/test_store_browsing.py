@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from deerflow_journal import RunEventStore, RunSummary, ThreadInfo, user_scope
+from deerflow_journal.stores.browsing import started_key
 from tests.backends import Backend
 from tests.test_store_migrations import SQL_BACKENDS, Raw, bound
 
@@ -405,3 +406,20 @@ async def test_sqlite_browsing_queries_read_their_index_in_order_and_never_sort(
             assert plan[0].startswith(f"{how} run_"), plan
             assert f" INDEX {index} " in f"{plan[0]} ", plan
         await db.set_trace_callback(None)
+
+
+@pytest.mark.parametrize(
+    ("started_at", "key"),
+    [
+        ("2026-01-02T03:04:05.000006Z", "2026-01-02T03:04:05.000006"),
+        ("2026-01-02T03:04:05.999999Z", "2026-01-02T03:04:05.999999"),  # the second seen
+        ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05.000000"),
+        ("2026-01-02T03:04:05.000006+01:00", "2026-01-02T02:04:05.000006"),
+        ("2026-02-30T03:04:05.000006Z", ""),  # no such day
+        ("2026-01-02T03:04:60.000006Z", ""),
+        (None, ""),
+    ],
+)
+def test_a_summary_sorts_by_its_start_in_utc(started_at, key):
+    for _ in range(2):  # the second time, a start in a second seen already
+        assert started_key(started_at) == key

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+
+import orjson
 
 from deerflow_journal.catalog import (
     LEGACY_EVENT_ALIASES,
@@ -832,7 +835,24 @@ def _summary_data(summary: RunSummary) -> dict[str, Any]:
     if summary.user_id is not None:
         check_text(summary.user_id, "user_id")
     # The same JSON normalisation as events, so every backend stores the same text.
-    return decode_json(encode_json(summary.to_json_dict()))
+    data = summary.to_json_dict()
+    return data if _plain_json(data) else decode_json(encode_json(data))
+
+
+def _plain_json(data: dict[str, Any]) -> bool:
+    """Whether a summary's JSON dict is what encoding and decoding it gives back: orjson
+    writes it as it is (text it need not clean, integers it can hold), and its floats (the
+    costs; the other numbers are integers) are finite, which JSON keeps."""
+    try:
+        text = orjson.dumps(data)
+    except TypeError:
+        return False
+    if b"\\u0000" in text:
+        return False
+    cost, by_model = data["estimated_cost_usd"], data["estimated_cost_by_model"]
+    return (cost is None or math.isfinite(cost)) and all(
+        value is None or math.isfinite(value) for value in by_model.values()
+    )
 
 
 def _event_kwargs(

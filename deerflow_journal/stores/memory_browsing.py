@@ -106,16 +106,29 @@ class IndexedSummaries(dict[tuple[str, str], dict[str, Any]]):
     def _indexes(
         self, summary: dict[str, Any], *, create: bool
     ) -> list[RecentIndex[tuple[str, str, str]]]:
-        users = {_ALL, summary.get("user_id") or _ALL}
-        statuses = {_ALL, summary.get("status") or _ALL}
-        keys = [(user, status) for user in users for status in statuses]
-        if create:
-            for key in keys:
-                self._recent.setdefault(key, RecentIndex())
-            self._by_thread.setdefault(summary["thread_id"], RecentIndex())
-        found = [self._recent[key] for key in keys if key in self._recent]
-        thread = self._by_thread.get(summary["thread_id"])
-        return found if thread is None else [*found, thread]
+        user = summary.get("user_id") or _ALL
+        status = summary.get("status") or _ALL
+        keys = [(_ALL, _ALL)]
+        if status != _ALL:
+            keys.append((_ALL, status))
+        if user != _ALL:
+            keys.append((user, _ALL))
+            if status != _ALL:
+                keys.append((user, status))
+        recent, found = self._recent, []
+        for key in keys:
+            index = recent.get(key)
+            if index is None and create:
+                index = recent[key] = RecentIndex()
+            if index is not None:
+                found.append(index)
+        thread_id = summary["thread_id"]
+        thread = self._by_thread.get(thread_id)
+        if thread is None and create:
+            thread = self._by_thread[thread_id] = RecentIndex()
+        if thread is not None:
+            found.append(thread)
+        return found
 
     def __setitem__(self, key: tuple[str, str], summary: dict[str, Any]) -> None:
         old = self.get(key)
