@@ -564,12 +564,13 @@ def normalise_journal_batch(
 ) -> list[PendingEvent]:
     """``normalise_batch`` for the events a journal built: the same events, or the same error.
 
-    A journal's event is a dict with every field, its ids and kinds drawn from a few values
-    and its ``created_at`` a stored timestamp: those are checked once per value, not once per
-    event. Content and metadata are encoded, cut and measured as ``normalise_event`` does, and
-    the metadata is not decoded (``PendingEvent.metadata`` decodes it if a backend reads it).
-    Any event not of that shape, or that would be refused, sends the whole batch through
-    ``normalise_batch``, which stores the same or raises what it always raised.
+    A journal's event is a dict with every field, its ids and kinds drawn from a few values:
+    those are checked once per value, not once per event. Its ``created_at`` may also be the
+    ``time.time()`` float a journal notes, stored as its ``utc_timestamp``. Content and
+    metadata are encoded, cut and measured as ``normalise_event`` does, and the metadata is
+    not decoded (``PendingEvent.metadata`` decodes it if a backend reads it). Any event not of
+    that shape, or that would be refused, sends the whole batch through ``normalise_batch``,
+    which stores the same or raises what it always raised.
     """
     if type(events) is list:
         pending = []
@@ -582,11 +583,18 @@ def normalise_journal_batch(
         else:
             return pending
     return normalise_batch(
-        events,
+        [_dated(event) for event in events] if type(events) is list else events,
         max_trace_content=max_trace_content,
         max_outputs_content=max_outputs_content,
         default=default,
     )
+
+
+def _dated(event: Any) -> Any:
+    """``event`` with a float ``created_at`` as its ``utc_timestamp`` (a copy), else itself."""
+    if type(event) is dict and type(event.get("created_at")) is float:
+        return {**event, "created_at": utc_timestamp(event["created_at"])}
+    return event
 
 
 def _journal_event(
@@ -619,7 +627,10 @@ def _journal_event(
         metadata = event["metadata"]
         if created_at is None or type(metadata) is not dict:
             return None  # a batch's shared now, an empty or copied metadata: not here
-        created_at = normalise_created_at(created_at)
+        if type(created_at) is float:
+            created_at = utc_timestamp(created_at)  # a stored timestamp as it is made
+        else:
+            created_at = normalise_created_at(created_at)
         content = event["content"]
         content_json = encode_json(content, default)
         limit = (

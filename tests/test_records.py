@@ -335,3 +335,13 @@ def test_the_journal_batch_refuses_what_normalise_batch_refuses(bad):
         normalise_batch(events)
     with pytest.raises(type(expected.value), match=re.escape(str(expected.value))):
         normalise_journal_batch(events)
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+def test_the_journal_batch_stores_a_float_created_at_as_its_timestamp(fallback):
+    moment = 1_780_000_000.123456
+    metadata = {1: "goes down put_batch's path"} if fallback else {}
+    events = [journal_event("t", "llm.error", "trace", "", metadata, created_at=moment)]
+    (pending,) = normalise_journal_batch(events)
+    assert pending.created_at == utc_timestamp(moment)
+    assert events[0]["created_at"] == moment  # the caller's event is left as it is

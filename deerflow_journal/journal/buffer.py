@@ -532,12 +532,12 @@ class EventBuffer:
         does. There, events a ``put_batch`` took leave the batch, so a failing summary is
         retried alone.
         """
-        events = [_timestamped(event) for event in batch.events]
         built = [build() for _, build in summaries]
-        if self._journal_batches:
+        if self._journal_batches:  # which turns our time.time() floats into timestamps
             return await self.store._put_journal_batch(
-                events, built, MessageEncoder(), batch.batch_id
+                batch.events, built, MessageEncoder(), batch.batch_id
             )
+        events = [_timestamped(event) for event in batch.events]
         if events:
             dumps = MessageEncoder()
             await self.store.put_batch([_plain_event(event, dumps) for event in events])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from deerflow_journal import RunEventStore, RunJournal, validate_event
-from deerflow_journal.records import normalise_batch
+from deerflow_journal.records import normalise_batch, normalise_journal_batch, utc_timestamp
 
 
 @pytest.fixture(autouse=True)
@@ -48,12 +48,21 @@ def journal_events_honour_the_contract(monkeypatch: pytest.MonkeyPatch) -> Itera
         self: RunEventStore, events: Any, summaries: Any, default: Any = str, batch_id: Any = None
     ) -> bool:
         written = await original_journal_batch(self, events, summaries, default, batch_id)
-        pending = normalise_batch(
-            events,
-            max_trace_content=self.max_trace_content,
-            max_outputs_content=self.max_outputs_content,
-            default=default,
-        )
+        limits = {
+            "max_trace_content": self.max_trace_content,
+            "max_outputs_content": self.max_outputs_content,
+        }
+        pending = normalise_journal_batch(events, **limits, default=default)
+        # The journal's own path stores what put_batch's would (given timestamps, not floats).
+        dated = [
+            {**e, "created_at": utc_timestamp(e["created_at"])}
+            if isinstance(e["created_at"], float)
+            else e
+            for e in events
+        ]
+        public = normalise_batch(dated, **limits, default=default)
+        if [p.columns() for p in pending] != [p.columns() for p in public]:
+            problems.append(f"the journal's write path stored {events!r} otherwise")
         for seq, event in enumerate(pending, start=1):
             check(event.record(seq))
         return written
