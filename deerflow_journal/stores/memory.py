@@ -125,13 +125,14 @@ class MemoryRunEventStore(RunEventStore):
     def _add(self, events: list[PendingEvent]) -> list[int]:
         """Store ``events`` in order; their seqs."""
         threads, seqs = self._threads, []
+        thread = _UNWRITTEN
         # The last event of each (thread, run, user), in the order of those last events: the
         # threads' activity is what it would be after each event in turn.
         latest: dict[tuple[str, str, str | None], tuple[int, str]] = {}
+        key = None
         for e in events:
-            thread = threads.get(e.thread_id)
-            if thread is None:
-                thread = threads[e.thread_id] = _Thread(e.thread_id)
+            if e.thread_id != thread.thread_id:  # most batches hold one thread
+                thread = threads.get(e.thread_id) or self._thread(e.thread_id)
             seq = thread.last_seq = thread.last_seq + 1
             # Not columns(): the thread id is the key of the rows, not one of their fields.
             row = (
@@ -148,8 +149,8 @@ class MemoryRunEventStore(RunEventStore):
             )
             thread.indexes.add(row, seq, e.run_id, e.user_id, e.category == "message")
             seqs.append(seq)
-            key = (e.thread_id, e.run_id, e.user_id)
-            latest.pop(key, None)
+            if key != (key := (e.thread_id, e.run_id, e.user_id)):
+                latest.pop(key, None)  # to the end: its last event is the latest so far
             latest[key] = (seq, e.created_at)
         for (thread_id, run_id, user_id), (seq, created_at) in latest.items():
             self._activity.added(thread_id, run_id, user_id, seq, created_at)
