@@ -4,8 +4,9 @@ Invariants every backend keeps (the shared store suite in ``tests/`` checks each
 
 - ``seq`` is assigned by the store, strictly increasing within a thread and never reused, even
   after deletes; threads are independent of each other.
-- Writes are normalised once, here, before a backend sees them (``records.normalise_batch``),
-  so the same writes read back identically from every backend.
+- Writes are normalised once, here, before a backend sees them (``records.normalise_batch``;
+  a journal's batches ``records.normalise_journal_batch``, which stores the same), so the
+  same writes read back identically from every backend.
 - ``put_batch`` is atomic: every event lands, with seq in input order, or none does.
 - Message projections return only ``category == "message"`` rows, in ascending seq.
 - Filters (event types, task id, user) apply before ``limit``.
