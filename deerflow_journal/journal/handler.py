@@ -31,7 +31,6 @@ from deerflow_journal.journal.loops import (
 )
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
 from deerflow_journal.journal.state import RunState, ToolStart
-from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.journal.workspace import Snapshot, WorkspaceTracker
 from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import check_text, current_user_id
@@ -730,10 +729,12 @@ class RunJournal(GraphCallbackHandler):
             # _ms_since, inlined
             latency = None if start[0] is None else int((time.monotonic() - start[0]) * 1000)
             lead = caller == mapping.LEAD_AGENT
+            usages = []  # the events' copies of each message's usage_metadata
             for message in messages:
                 event = mapping.ai_response_event(
                     message, caller=caller, latency_ms=latency, llm_call_index=start[1]
                 )
+                usages.append(event["metadata"]["usage"])
                 self._emit_own(state, event)  # content is the message itself
                 if lead:
                     if message.tool_calls:
@@ -746,11 +747,11 @@ class RunJournal(GraphCallbackHandler):
             if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 # One usage per call: with several choices (n > 1) each carries all of it.
-                used = messages[0] if messages else None
-                if len(messages) > 1 and not messages[0].usage_metadata:
-                    used = next((m for m in messages if m.usage_metadata), used)
-                counts = () if used is None else (token_counts(used.usage_metadata),)
-                state.usage.add_call(key, caller, model, counts)
+                used = usages[0] if usages else None
+                if len(usages) > 1 and not used:
+                    used = next((usage for usage in usages if usage), used)
+                # Counted when the totals are read (a copy: the message may change meanwhile).
+                state.usage.add_call_later(key, caller, model, used)
         if parent_run_id is None:
             self._leaf_ended(state, run_id, messages[0] if len(messages) == 1 else messages, None)
         elif self._writer.progress is not None:

@@ -77,11 +77,14 @@ class TokenUsage:
 
     Each model call counts once, under its LangChain run id (or an external record's
     ``source_run_id``), however often its callback repeats; ``llm_call_count`` is the number
-    of calls counted.
+    of calls counted. Calls added with ``add_call_later`` are counted, in order, before any
+    other is and before ``completion_data`` or ``llm_call_count`` reads the totals (the
+    attributes alone may lag until then).
     """
 
     __slots__ = (
         "_counted",
+        "_later",
         "by_model",
         "lead_agent_tokens",
         "middleware_tokens",
@@ -100,16 +103,36 @@ class TokenUsage:
         self.subagent_tokens = 0
         self.middleware_tokens = 0
         self.by_model: dict[str, TokenCounts] = {}
+        #: Calls to count before the totals are next read: ``add_call_later``'s arguments.
+        self._later: list[tuple[Hashable, str, str, Mapping[str, Any] | None]] = []
 
     @property
     def llm_call_count(self) -> int:
         """How many model calls were counted."""
+        self._count_later()
         return len(self._counted)
+
+    def add_call_later(
+        self, source_id: Hashable, caller: str, model: str, usage: Mapping[str, Any] | None
+    ) -> None:
+        """``add_call`` of a response's ``usage_metadata`` (``None``: no response), made when
+        the totals are next read or counted: a model callback spends no time on it. ``usage``
+        must not change meanwhile (the journal passes its own copy)."""
+        self._later.append((source_id, caller, model, usage))
+
+    def _count_later(self) -> None:
+        later = self._later
+        if later:
+            self._later = []
+            for source_id, caller, model, usage in later:
+                counts = () if usage is None else (token_counts(usage),)
+                self.add_call(source_id, caller, model, counts)
 
     def add_call(
         self, source_id: Hashable, caller: str, model: str, counts: Iterable[TokenCounts]
     ) -> bool:
         """Count the call ``source_id`` whose generations used ``counts``; False on a repeat."""
+        self._count_later()
         if source_id in self._counted:
             return False
         self._counted.add(source_id)
@@ -161,6 +184,7 @@ class TokenUsage:
 
     def completion_data(self) -> dict[str, Any]:
         """Return the token keys of ``get_completion_data()`` (a copy)."""
+        self._count_later()
         return {
             "total_input_tokens": self.total_input_tokens,
             "total_output_tokens": self.total_output_tokens,

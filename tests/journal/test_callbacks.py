@@ -166,6 +166,21 @@ async def test_repeated_llm_end_counts_once():
     assert (summary.llm_call_count, summary.total_tokens) == (1, 5)
 
 
+async def test_usage_counts_as_the_model_reported_it_when_its_callback_ran():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    root, call = uuid.uuid4(), uuid.uuid4()
+    message = ai("hi", tokens=(3, 2))
+    journal.on_chain_start({"name": "root"}, {}, run_id=root)
+    journal.on_chat_model_start({}, [[HumanMessage("q")]], run_id=call, parent_run_id=root)
+    journal.on_llm_end(
+        LLMResult(generations=[[ChatGeneration(message=message)]]), run_id=call, parent_run_id=root
+    )
+    message.usage_metadata["input_tokens"] = 1000  # type: ignore[index]  # changed afterwards
+    assert journal.get_completion_data()["total_input_tokens"] == 3
+    journal.on_chain_end({}, run_id=root)
+    await journal.flush()
+
+
 async def test_usage_reported_under_the_model_run_id_still_leaves_its_response():
     journal = RunJournal(event_store=MemoryRunEventStore())
     model = scripted(ai("answer from the model", tokens=(10, 5)))

@@ -94,3 +94,14 @@ def test_completion_data_is_a_copy():
     tokens.add_call("c7", "lead_agent", "a", [token_counts(usage(1, 1))])
     tokens.completion_data()["token_usage_by_model"]["a"]["input_tokens"] = 99
     assert tokens.completion_data()["token_usage_by_model"]["a"]["input_tokens"] == 1
+
+
+def test_a_call_counted_later_counts_before_anything_after_it():
+    tokens = TokenUsage()
+    tokens.add_call_later("c1", "lead_agent", "m", usage(1, 1))
+    tokens.add_call_later("c2", "lead_agent", "m", None)  # a call without a response
+    # The same call reported as an external record afterwards is a repeat, as it always was.
+    assert tokens.add_external([{"source_run_id": "c1", "input_tokens": 7}]) == 0
+    assert tokens.add_call("c2", "lead_agent", "m", [token_counts(usage(5, 5))]) is False
+    data = tokens.completion_data()
+    assert (data["llm_call_count"], data["total_tokens"]) == (2, 2)
