@@ -451,20 +451,13 @@ def normalise_event(
         content = event.get("content", "")
 
         content_json = _encode_field(content, "content", where, default)
-        limit = (
-            max_trace_content
-            if category == "trace"
-            else max_outputs_content
-            if category == "outputs"
-            else None
-        )
-        if limit is not None:
-            text = _clean_text(content) if isinstance(content, str) else content_json
-            raw = text.encode()
-            if len(raw) > limit:
-                content = raw[:limit].decode("utf-8", "ignore")
-                content_json = encode_json(content)
-                metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
+        if category == "trace" or category == "outputs":
+            content_json, metadata = _cut(
+                content,
+                content_json,
+                metadata,
+                max_trace_content if category == "trace" else max_outputs_content,
+            )
         metadata_json = _encode_field(metadata, "metadata", where, default)
         if len(content_json) > JSON_MAX_LENGTH or len(metadata_json) > JSON_MAX_LENGTH:
             _too_long(content_json, metadata_json, where)
@@ -498,6 +491,21 @@ def normalise_event(
         raise
     except ValueError as exc:  # check_text and normalise_created_at, which reads share
         raise EventRefused(*exc.args) from None
+
+
+def _cut(
+    content: Any, content_json: str, metadata: dict[str, Any], limit: int | None
+) -> tuple[str, dict[str, Any]]:
+    """Content over ``limit`` bytes (``None``: no limit) cut to it, and the metadata that says
+    so: the content JSON and metadata to store."""
+    if limit is None:
+        return content_json, metadata
+    text = _clean_text(content) if isinstance(content, str) else content_json
+    raw = text.encode()
+    if len(raw) <= limit:
+        return content_json, metadata
+    cut = encode_json(raw[:limit].decode("utf-8", "ignore"))
+    return cut, {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
 
 
 def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], Any]) -> str:
@@ -633,20 +641,13 @@ def _journal_event(
             created_at = normalise_created_at(created_at)
         content = event["content"]
         content_json = encode_json(content, default)
-        limit = (
-            max_trace_content
-            if category == "trace"
-            else max_outputs_content
-            if category == "outputs"
-            else None
-        )
-        if limit is not None:
-            text = _clean_text(content) if isinstance(content, str) else content_json
-            raw = text.encode()
-            if len(raw) > limit:
-                content = raw[:limit].decode("utf-8", "ignore")
-                content_json = encode_json(content)
-                metadata = {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
+        if category == "trace" or category == "outputs":
+            content_json, metadata = _cut(
+                content,
+                content_json,
+                metadata,
+                max_trace_content if category == "trace" else max_outputs_content,
+            )
         # orjson alone (no TypeError, no U+0000 to clean): every key is a str, and a str value
         # decodes as itself, so task_id and caller are read without decoding the metadata.
         metadata_json = orjson.dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()
