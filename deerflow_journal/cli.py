@@ -700,8 +700,33 @@ def cmd_import(args: argparse.Namespace, out: _Out) -> None:
                     f"the target journal already has run {run_id!r} of thread {thread_id!r}: "
                     "import into another store, or delete that run there first"
                 )
-        events, summaries = _write_export(store, path, total, out)
+        try:
+            events, summaries = _write_export(store, path, total, out)
+        except (Exception, KeyboardInterrupt) as exc:
+            out.end_note()
+            raise _import_undone(store, runs, exc) from exc
     out.line(f"imported {events} events and {summaries} run summaries")
+
+
+def _import_undone(
+    store: SyncStore, runs: list[tuple[str, str]], failure: BaseException
+) -> CliError:
+    """Remove the runs an import that failed part way had begun (none of them was in the
+    target before it); the error that says so, or which runs are left half written."""
+    why = "interrupted" if isinstance(failure, KeyboardInterrupt) else _first_line(failure)
+    left = []
+    for thread_id, run_id in runs:
+        try:
+            store.delete_by_run(thread_id, run_id, user_id=None)
+        except Exception:
+            left.append(f"{run_id!r} of thread {thread_id!r}")
+    if not left:
+        return CliError(f"the import failed ({why}); nothing of it was kept: import it again")
+    others = f" and {len(left) - 1} more of its runs" if len(left) > 1 else ""
+    return CliError(
+        f"the import failed ({why}) and left run {left[0]}{others} half written there: "
+        f"delete {'them' if others else 'it'}, then import it again"
+    )
 
 
 def _write_export(store: SyncStore, path: str, total: int, out: _Out) -> tuple[int, int]:

@@ -9,6 +9,7 @@ import os
 import pty
 import queue
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -308,6 +309,68 @@ def test_import_copies_large_trace_and_outputs_content_whole(tmp_path: Path):
     assert ok("import", str(file), "--url", target).startswith("imported 2 events")
     copied, _ = asyncio.run(read_back(target, "big"))
     assert [(e["content"], e["metadata"]) for e in copied] == [(big, {}), (big, {})]
+
+
+def test_an_import_that_fails_part_way_keeps_nothing_of_it(tmp_path: Path):
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+
+    async def write() -> None:
+        async with open_store(source) as store:
+            for run_id, count in (("first", 600), ("second", 900)):
+                await store.put_batch(
+                    [
+                        {
+                            "thread_id": "long",
+                            "run_id": run_id,
+                            "event_type": "llm.tool.result",
+                            "category": "message",
+                            "content": f"result {i}",
+                        }
+                        for i in range(count)
+                    ]
+                )
+                await store.put_run_summary(
+                    RunSummary(thread_id="long", run_id=run_id, status="success")
+                )
+
+    asyncio.run(write())
+    file = tmp_path / "long.jsonl"
+    file.write_text(ok("--url", source, "export", "long"))
+
+    def target(name: str, *refusals: str) -> str:
+        """A new journal whose database refuses what ``refusals`` (SQL triggers) say."""
+        path = tmp_path / name
+        asyncio.run(open_store(f"sqlite:///{path}").setup())
+        with sqlite3.connect(path) as db:
+            for refusal in refusals:
+                db.execute(refusal)
+        return f"sqlite:///{path}"
+
+    # The disk fills after the first 1,000-event write.
+    full = (
+        "CREATE TRIGGER full BEFORE INSERT ON run_events "
+        "WHEN (SELECT count(*) FROM run_events) >= 1200 "
+        "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+    )
+    url = target("full.db", full)
+    assert mistake("import", str(file), "--url", url) == (
+        "deerflow-journal: error: the import failed (database or disk is full); nothing of it "
+        "was kept: import it again"
+    )
+    assert asyncio.run(read_back(url, "long")) == ([], [])
+    with sqlite3.connect(tmp_path / "full.db") as db:
+        assert db.execute("SELECT count(*) FROM run_events").fetchone() == (0,)
+        db.execute("DROP TRIGGER full")
+    assert ok("import", str(file), "--url", url) == "imported 1500 events and 2 run summaries\n"
+
+    # Deletes fail too: the runs left behind are named.
+    stuck = "CREATE TRIGGER stuck BEFORE DELETE ON run_events BEGIN SELECT RAISE(ABORT, 'no'); END"
+    url = target("stuck.db", full, stuck)
+    assert mistake("import", str(file), "--url", url) == (
+        "deerflow-journal: error: the import failed (database or disk is full) and left run "
+        "'first' of thread 'long' and 1 more of its runs half written there: delete them, then "
+        "import it again"
+    )
 
 
 def test_export_finds_runs_without_a_summary_through_all_their_messages(tmp_path: Path):
