@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
@@ -354,7 +354,7 @@ class PendingEvent:
     task_id: str | None = None
     caller: str | None = None
     #: The metadata as plain JSON values, if decoded already (``metadata`` decodes it once).
-    decoded_metadata: dict[str, Any] | None = None
+    decoded_metadata: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def content(self) -> Any:
@@ -601,7 +601,10 @@ def normalise_journal_batch(
 def _dated(event: Any) -> Any:
     """``event`` with a float ``created_at`` as its ``utc_timestamp`` (a copy), else itself."""
     if type(event) is dict and type(event.get("created_at")) is float:
-        return {**event, "created_at": utc_timestamp(event["created_at"])}
+        try:
+            return {**event, "created_at": utc_timestamp(event["created_at"])}
+        except (ValueError, OverflowError, OSError):  # NaN, or out of range: refused as it is
+            return event
     return event
 
 
@@ -618,13 +621,18 @@ def _journal_event(
         if type(event) is not dict or not _ALLOWED_KEYS.issuperset(event):
             return None
         thread_id, run_id, user_id = event["thread_id"], event["run_id"], event["user_id"]
+        event_type, category = event["event_type"], event["category"]
+        # Plain str only: the caches below would take an object equal to a checked id for it.
+        if type(thread_id) is not str or type(run_id) is not str or type(event_type) is not str:
+            return None
+        if type(category) is not str or (user_id is not None and type(user_id) is not str):
+            return None
         if (thread_id, run_id, user_id) not in ids:
             check_text(thread_id, "thread_id")
             check_text(run_id, "run_id")
             if user_id is not None:
                 check_text(user_id, "user_id")
             ids.add((thread_id, run_id, user_id))
-        event_type, category = event["event_type"], event["category"]
         if (event_type, category) not in _VALID_KINDS:
             check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
             check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)

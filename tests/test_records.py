@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from deerflow_journal import AUTO, MemoryRunEventStore, current_user_id, user_scope
+from deerflow_journal import AUTO, EventRefused, MemoryRunEventStore, current_user_id, user_scope
 from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import (
     PendingEvent,
@@ -345,3 +345,39 @@ def test_the_journal_batch_stores_a_float_created_at_as_its_timestamp(fallback):
     (pending,) = normalise_journal_batch(events)
     assert pending.created_at == utc_timestamp(moment)
     assert events[0]["created_at"] == moment  # the caller's event is left as it is
+
+
+class _EqualToT:
+    """Not a string, but equal to ``"t"`` and hashed alike."""
+
+    def __eq__(self, other: object) -> bool:
+        return other == "t"
+
+    def __hash__(self) -> int:
+        return hash("t")
+
+
+@pytest.mark.parametrize("field", ["thread_id", "run_id", "user_id", "event_type", "category"])
+def test_the_journal_batch_checks_an_object_equal_to_an_id_it_checked(field):
+    checked = journal_event("t", "t", "t", "", {}, run_id="t", user_id="t")
+    with pytest.raises(TypeError, match=r"event 1: .*must be a string, got _EqualToT"):
+        normalise_journal_batch([checked, {**checked, field: _EqualToT()}])
+
+
+@pytest.mark.parametrize("moment", [float("nan"), float("inf"), 1e20])
+def test_the_journal_batch_refuses_a_float_created_at_no_timestamp_can_hold(moment):
+    events = [
+        {**journal_event("t", "run.start", "trace", "", {}), "thread_id": ""},
+        journal_event("t", "llm.error", "trace", "", {}, created_at=moment),
+    ]
+    with pytest.raises(EventRefused, match="event 0: thread_id"):  # the first error first
+        normalise_journal_batch(events)
+    with pytest.raises(TypeError, match="event 0: created_at must be a datetime"):
+        normalise_journal_batch(events[1:])
+
+
+def test_a_pending_event_compares_alike_whether_its_metadata_was_read_or_not():
+    (event,) = [journal_event("t", "llm.error", "trace", "", {"caller": "lead_agent"})]
+    (fast,), (slow,) = normalise_journal_batch([event]), normalise_batch([event])
+    assert fast.decoded_metadata is None and slow.decoded_metadata is not None
+    assert fast == slow and repr(fast) == repr(slow)
