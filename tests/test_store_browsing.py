@@ -412,7 +412,7 @@ async def test_sqlite_browsing_queries_read_their_index_in_order_and_never_sort(
     ("started_at", "key"),
     [
         ("2026-01-02T03:04:05.000006Z", "2026-01-02T03:04:05.000006"),
-        ("2026-01-02T03:04:05.999999Z", "2026-01-02T03:04:05.999999"),  # the second seen
+        ("2026-01-02T03:04:05.999999Z", "2026-01-02T03:04:05.999999"),
         ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05.000000"),
         ("2026-01-02T03:04:05.000006+01:00", "2026-01-02T02:04:05.000006"),
         ("2026-02-30T03:04:05.000006Z", ""),  # no such day
@@ -421,5 +421,4 @@ async def test_sqlite_browsing_queries_read_their_index_in_order_and_never_sort(
     ],
 )
 def test_a_summary_sorts_by_its_start_in_utc(started_at, key):
-    for _ in range(2):  # the second time, a start in a second seen already
-        assert started_key(started_at) == key
+    assert started_key(started_at) == key

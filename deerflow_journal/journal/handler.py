@@ -17,8 +17,8 @@ from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
@@ -712,13 +712,7 @@ class RunJournal(GraphCallbackHandler):
         A repeated callback writes nothing; usage already reported for this run id (as an
         external record) is not counted again, but the response is still written.
         """
-        # mapping.response_messages, its common case inlined: one chat message
-        generations = response.generations
-        only = generations[0][0] if len(generations) == 1 and len(generations[0]) == 1 else None
-        if type(only) is ChatGeneration and type(only.message) is AIMessage:
-            messages = [only.message]
-        else:
-            messages = mapping.response_messages(response)
+        messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         with self._lock:
             key = getattr(run_id, "int", run_id)

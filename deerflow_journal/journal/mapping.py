@@ -529,19 +529,13 @@ def ai_response_event(
 ) -> EventKwargs:
     """``llm.ai.response`` for one generated message."""
     usage = message.usage_metadata
-    if usage:  # detach, its common case inlined: a flat dict of token counts
-        usage = (
-            usage.copy()
-            if type(usage) is dict and _KEPT.issuperset(map(type, usage.values()))
-            else detach(usage)
-        )
     return {  # _event, inlined: one per model call
         "event_type": _AI_RESPONSE_TYPE,
         "category": _MESSAGE_CATEGORY,
         "content": message,
         "metadata": {
             "caller": caller,
-            "usage": usage or {},
+            "usage": detach(usage) if usage else {},
             "latency_ms": latency_ms,
             "llm_call_index": llm_call_index,
         },

@@ -13,7 +13,6 @@ with that user's last event and runs; an unscoped call sees every row.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -114,10 +113,6 @@ class SummaryQuery:
         )
 
 
-_PYDANTIC_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
-_VALID_SECONDS: dict[str, None] = {}  # "YYYY-MM-DDTHH:MM:SS" of valid recent start times
-
-
 def _utc_text(moment: datetime) -> str:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -132,20 +127,10 @@ def started_key(started_at: str | None) -> str:
     """
     if not started_at:
         return ""
-    # A summary's own form (pydantic's, in UTC) whose second was found valid: its key is
-    # its first 26 characters. Runs come in bursts: most start in a second seen already.
-    utc = type(started_at) is str and _PYDANTIC_UTC.fullmatch(started_at) is not None
-    if utc and started_at[:19] in _VALID_SECONDS:
-        return started_at[:26]
     try:
-        key = _utc_text(datetime.fromisoformat(started_at))
+        return _utc_text(datetime.fromisoformat(started_at))
     except (ValueError, OverflowError):
         return ""
-    if utc:
-        if len(_VALID_SECONDS) >= 1024:
-            _VALID_SECONDS.clear()
-        _VALID_SECONDS[started_at[:19]] = None
-    return key
 
 
 def summary_key(summary: dict[str, Any]) -> tuple[str, str, str]:

@@ -83,9 +83,8 @@ class ThreadIndexes(Generic[R]):
                 for run in (None, run_id)
                 for kind in kinds
             ]
-        for index in targets:  # SeqIndex.add, inlined: a row goes to 2 to 8 indexes
-            index.seqs.append(seq)
-            index.rows.append(row)
+        for index in targets:
+            index.add(seq, row)
 
     def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[R]:
         """The rows of ``kind``, optionally of one run and one user (an empty index if none)."""
