@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -97,6 +98,38 @@ class AllowedHosts:
         await self.app(scope, receive, send)
 
 
+def _segment(raw: str) -> str:
+    """A path segment as sent, decoded but for "%" and "/", which stay percent-encoded."""
+    return unquote(raw).replace("%", "%25").replace("/", "%2F")
+
+
+class EncodedSlashes:
+    """Routes on the path as the client sent it, so an id holding "/" stays one segment.
+
+    ASGI servers decode ``%2F`` before routing, which would split ``/threads/a%2Fb`` into
+    more segments than any route has. The path is rebuilt from ``raw_path`` segment by
+    segment, "/" and "%" inside a segment left encoded; ``params.path`` decodes the ids.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            raw = scope.get("raw_path")
+            routed = None
+            if raw:
+                text = raw.decode("latin-1").split("?", 1)[0]
+                routed = "/".join(_segment(part) for part in text.split("/"))
+                if unquote(routed) != path:  # raw_path is not this path (say, a proxy's)
+                    routed = None
+            if routed is None:  # no "/" inside a segment can be told apart here
+                routed = path.replace("%", "%25")
+            scope = {**scope, "path": routed}
+        await self.app(scope, receive, send)
+
+
 def _wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/")
 
@@ -167,7 +200,7 @@ def create_app(
             app.state.reader = Reader(opened, user_id)
             yield
 
-    middleware = [Middleware(SecurityHeaders)]
+    middleware = [Middleware(SecurityHeaders), Middleware(EncodedSlashes)]
     if allowed_hosts is not None:
         middleware.append(Middleware(AllowedHosts, hosts=list(allowed_hosts)))
     app = Starlette(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 from starlette.datastructures import QueryParams
 
@@ -89,8 +90,11 @@ def status(params: QueryParams | Mapping[str, str]) -> RunStatus | None:
 
 
 def path(path_params: Mapping[str, str], name: str) -> str:
-    """An id from the route's path (``thread_id``, ``run_id``), checked like the store does."""
+    """An id from the route's path (``thread_id``, ``run_id``), checked like the store does.
+
+    The app routes on paths whose ids keep "/" and "%" percent-encoded (``EncodedSlashes``).
+    """
     try:
-        return check_text(path_params[name], name)
+        return check_text(unquote(path_params[name]), name)
     except (TypeError, ValueError) as exc:
         raise ParamError(name, str(exc)) from None

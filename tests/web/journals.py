@@ -15,6 +15,9 @@ from langgraph.types import Command
 from deerflow_journal import RunEventStore, RunJournal, WorkspaceRoot, user_scope
 from tests.journal.agents import QUESTION, agent_graph, ai, ask_human, scripted
 
+#: Ids a URL path can only hold percent-encoded: "/" splits a path, "%" starts an escape.
+SLASHED_THREAD, SLASHED_RUN = "team/alpha 100%", "run/1 %2F"
+
 #: Text that would run script if a page put it into the document as HTML.
 XSS_HUMAN = '<img src=x onerror="window.__pwned = 1; alert(1)">'
 XSS_AI = "<script>window.__pwned = 2; alert(2)</script> done"
@@ -39,10 +42,12 @@ TASK_CHUNKS = [
 ]
 
 
-async def tool_run(store: RunEventStore, thread_id: str, question: Any = QUESTION) -> str:
+async def tool_run(
+    store: RunEventStore, thread_id: str, question: Any = QUESTION, run_id: str | None = None
+) -> str:
     """A lead agent calling ``add`` once, then answering; the run's id."""
     model = scripted(ai(calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("1 + 2 = 3"))
-    journal = RunJournal(event_store=store)
+    journal = RunJournal(event_store=store, run_id=run_id)
     config = {"callbacks": [journal], "configurable": {"thread_id": thread_id}}
     await agent_graph(model).ainvoke(question, config)
     await journal.flush()
@@ -153,4 +158,5 @@ async def fill(store: RunEventStore, tmp_path: Path) -> dict[str, Any]:
         ids["alice"] = await tool_run(store, "alice-thread")
     with user_scope("bob"):
         ids["bob"] = await tool_run(store, "bob-thread")
+    ids["slashed"] = await tool_run(store, SLASHED_THREAD, run_id=SLASHED_RUN)
     return ids

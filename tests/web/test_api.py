@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from starlette.testclient import TestClient
@@ -15,7 +16,7 @@ from deerflow_journal.web import CONTENT_SECURITY_POLICY, create_app
 from deerflow_journal.web.params import MAX_LIMIT
 from deerflow_journal.web.serve import LOOPBACK_NAMES
 from tests.web.conftest import Viewer, client_of
-from tests.web.journals import tool_run
+from tests.web.journals import SLASHED_RUN, SLASHED_THREAD, tool_run
 
 
 async def get(viewer: Viewer, path: str, expect: int = 200, **query: Any) -> Any:
@@ -39,7 +40,7 @@ def thread_json(t: Any) -> dict[str, Any]:
 
 async def test_threads_pages_through_the_stores_threads_newest_first(viewer: Viewer):
     everything = await viewer.store.list_threads(limit=100)
-    assert len(everything) == 7
+    assert len(everything) == 8
     body = await get(viewer, "/api/threads")
     assert body == {"threads": [thread_json(t) for t in everything], "next": None}
     seen, query = [], {"limit": "3"}
@@ -155,6 +156,44 @@ async def test_workspace_changes_is_the_runs_latest_payload(viewer: Viewer):
 async def test_an_unknown_thread_is_404(viewer: Viewer, path: str):
     body = await get(viewer, path, 404)
     assert body == {"error": "the journal has no thread 'nowhere'", "status": 404}
+
+
+async def test_ids_holding_slashes_and_percent_signs_are_one_path_segment(viewer: Viewer):
+    store = viewer.store
+    thread, run = quote(SLASHED_THREAD, safe=""), quote(SLASHED_RUN, safe="")
+    body = await get(viewer, f"/api/threads/{thread}/runs")
+    assert [r["run_id"] for r in body["runs"]] == [SLASHED_RUN]
+    messages = await get(viewer, f"/api/threads/{thread}/messages/page")
+    assert messages["messages"] == await store.list_messages(SLASHED_THREAD)
+    events = await get(viewer, f"/api/threads/{thread}/runs/{run}/events")
+    assert events["events"] == await store.list_events(SLASHED_THREAD, SLASHED_RUN)
+    assert events["events"][0]["thread_id"] == SLASHED_THREAD
+    await get(viewer, f"/api/threads/{thread}/runs/{run}/workspace-changes")
+    # Decoded, the same ids are other paths: no thread "team" has a run "alpha 100%".
+    await get(viewer, f"/api/threads/{quote(SLASHED_THREAD, safe='/')}/runs", 404)
+    body = await get(viewer, f"/api/threads/{thread}/runs/{quote('run', safe='')}/events", 404)
+    assert body["error"] == f"thread {SLASHED_THREAD!r} has no run 'run'"
+
+
+async def test_without_a_raw_path_ids_holding_percent_signs_still_route(viewer: Viewer):
+    """A server may leave ``raw_path`` out of the scope: the decoded path routes then, and
+    only a "/" inside an id cannot be told from a separator."""
+    app = create_app(viewer.store)
+
+    async def without_raw_path(scope: Any, receive: Any, send: Any) -> None:
+        await app({k: v for k, v in scope.items() if k != "raw_path"}, receive, send)
+
+    thread = "odd%20thread 100%"
+    async with viewer.backend.make() as writable:
+        run_id = await tool_run(writable, thread, run_id="r%2F1")
+    async with client_of(without_raw_path) as client:
+        response = await client.get(f"/api/threads/{quote(thread, safe='')}/runs")
+        assert [r["run_id"] for r in response.json()["runs"]] == [run_id]
+        path = f"/api/threads/{quote(thread, safe='')}/runs/{quote(run_id, safe='')}/events"
+        events = (await client.get(path)).json()["events"]
+        assert events == await viewer.store.list_events(thread, run_id)
+        slashed = f"/api/threads/{quote(SLASHED_THREAD, safe='')}/runs"
+        assert (await client.get(slashed)).status_code == 404
 
 
 async def test_an_unknown_run_of_a_known_thread_is_404(viewer: Viewer):

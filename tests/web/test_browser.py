@@ -25,7 +25,7 @@ import pytest
 from deerflow_journal import open_store
 from tests.backends import skip_unless_ci
 from tests.journal.agents import ONE_TOOL_CALL_SEQUENCE
-from tests.web.journals import XSS_HUMAN, fill
+from tests.web.journals import SLASHED_RUN, SLASHED_THREAD, XSS_HUMAN, fill
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,6 +174,18 @@ def test_follow_a_run_from_the_threads_page_to_a_tool_calls_result(served: Serve
     assert target.locator(".kind").inner_text() == "llm.tool.result"
     assert page.url.endswith(f"#e-{target.get_attribute('data-seq')}")
     assert target.locator("a.answers").inner_text() == f"↳ #{call.get_attribute('data-seq')}"
+
+
+def test_ids_holding_slashes_and_percent_signs_open_from_their_links(served: Served, page: Any):
+    page.goto(served.base + "/")
+    page.click(f"a.thread >> text={SLASHED_THREAD}")
+    page.wait_for_url(f"{served.base}/threads/team%2Falpha%20100%25")
+    assert page.locator("a.run").all_inner_texts() == [SLASHED_RUN]
+    page.click("a.run")
+    page.wait_for_url("**/threads/team%2Falpha%20100%25/runs/run%2F1%20%252F")
+    assert page.locator("#timeline .row[data-seq] .kind").all_inner_texts() == (
+        ONE_TOOL_CALL_SEQUENCE
+    )
 
 
 def test_stored_html_renders_as_text_and_runs_nothing(served: Served, page: Any):

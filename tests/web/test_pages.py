@@ -4,11 +4,12 @@ text is escaped. (tests/web/test_browser.py looks at the same pages in a real br
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 from deerflow_journal.summary import RunSummary
 from deerflow_journal.web import pages
 from tests.web.conftest import Viewer
-from tests.web.journals import XSS_AI
+from tests.web.journals import SLASHED_RUN, SLASHED_THREAD, XSS_AI
 
 
 async def page(viewer: Viewer, path: str, expect: int = 200) -> str:
@@ -27,9 +28,24 @@ def row_of(text: str, seq: int) -> str:
 
 async def test_the_threads_page_links_each_thread_newest_first(viewer: Viewer):
     text = await page(viewer, "/")
-    listed = re.findall(r'class="thread" href="/threads/([^"]+)"', text)
+    listed = re.findall(r'class="thread" href="/threads/([^"/]+)"', text)
     threads = await viewer.store.list_threads()
-    assert listed == [t.thread_id for t in threads]
+    assert [unquote(link) for link in listed] == [t.thread_id for t in threads]
+
+
+async def test_links_to_ids_holding_slashes_and_percent_signs_lead_to_them(viewer: Viewer):
+    text = await page(viewer, "/")
+    (thread,) = re.findall(r'class="thread" href="(/threads/team[^"]*)"', text)
+    text = await page(viewer, thread)
+    (run,) = re.findall(r'class="run" href="([^"]+)"', text)
+    text = await page(viewer, run)
+    assert f'<span class="id">{SLASHED_RUN}</span>' in text
+    events = await viewer.store.list_events(SLASHED_THREAD, SLASHED_RUN)
+    assert re.findall(r'data-seq="(\d+)"', text) == [str(e["seq"]) for e in events]
+    (live,) = re.findall(r'data-live-url="([^"]+)"', text)
+    assert live == f"{run}/live"
+    rows = await viewer.client.get(live, params={"after_seq": events[-2]["seq"]})
+    assert [row["seq"] for row in rows.json()["rows"]] == [events[-1]["seq"]]
 
 
 async def test_the_runs_page_shows_each_runs_status_and_tokens(viewer: Viewer):
@@ -129,7 +145,8 @@ async def test_the_threads_and_runs_pages_page_through_everything(viewer: Viewer
         if older is None:
             break
         path = older.group(1).replace("&amp;", "&")
-    assert listed == [t.thread_id for t in await viewer.store.list_threads()]
+    threads = await viewer.store.list_threads()
+    assert [unquote(link) for link in listed] == [t.thread_id for t in threads]
     first = await page(viewer, "/threads/weather")
     older = re.search(r'class="older" href="([^"]+)"', first)
     assert older is not None
