@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -50,6 +52,16 @@ def _close_at_exit() -> None:
             logger.exception("a SyncStore left open could not close its store at exit")
 
 
+def _settle(outcome: concurrent.futures.Future[T], task: asyncio.Task[T]) -> None:
+    """Hand the outcome of a call's task, from the loop, to the thread waiting for it."""
+    if task.cancelled():
+        outcome.cancel()
+    elif (error := task.exception()) is not None:
+        outcome.set_exception(error)
+    else:
+        outcome.set_result(task.result())
+
+
 class _StoreLoop:
     """One facade's event loop, on a daemon thread that never keeps the program from exiting."""
 
@@ -78,24 +90,45 @@ class _StoreLoop:
             )
 
     def call(self, method: str, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run the coroutine ``make`` returns on the loop and return its result."""
+        """Run the coroutine ``make`` returns on the loop and return its result.
+
+        Interrupted (Ctrl-C), the call is cancelled and then waited for: a write the store
+        began still finishes, and whatever the caller does next (say, delete what it wrote)
+        must not overlap it.
+        """
         self.check_caller(method)
+        coroutine = make()  # a bad argument raises here, in the caller's thread
+        outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+        tasks: list[asyncio.Task[T]] = []
+
+        def begin() -> None:
+            # Run by the loop in a copy of the caller's context, taken by call_soon_threadsafe:
+            # `user_scope` applies to the call.
+            task = self.loop.create_task(coroutine)
+            tasks.append(task)
+            task.add_done_callback(functools.partial(_settle, outcome))
+
         with self._lock:  # close() must see every call started before it
             if self.closed:
+                coroutine.close()
                 raise RuntimeError(
                     f"this SyncStore is closed: SyncStore.{method}() needs an open one"
                 )
-            # The coroutine runs in a copy of this thread's context: `user_scope` applies.
-            future = asyncio.run_coroutine_threadsafe(make(), self.loop)
-            self._calls.add(future)
+            self.loop.call_soon_threadsafe(begin)
+            self._calls.add(outcome)
         try:
-            return future.result()
+            return outcome.result()
         except BaseException:
-            future.cancel()  # Ctrl-C: stop a read (a write the store started still finishes)
+            # begin() was queued first, so the task exists by the time this runs; a task
+            # cancelled before its first step still ends, and settles the outcome.
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to wait for
+                self.loop.call_soon_threadsafe(lambda: [task.cancel() for task in tasks])
+                with contextlib.suppress(BaseException):  # a second Ctrl-C stops waiting
+                    outcome.exception()
             raise
         finally:
             with self._lock:
-                self._calls.discard(future)
+                self._calls.discard(outcome)
 
     def stop(self, store: RunEventStore, timeout: float | None) -> None:
         """Wait for calls under way, close ``store`` on the loop, then end the loop's thread."""

@@ -7,9 +7,12 @@ import inspect
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -360,3 +363,39 @@ def test_the_readme_s_sync_access_snippet_runs(tmp_path: Path):
     out = run_sync_program(found.group(1), cwd=tmp_path)
     assert out.splitlines() == [str(ANSWER_SEQUENCE), "success"]
     assert (tmp_path / ".deer-flow" / "journal.db").exists()
+
+
+@pytest.mark.postgres
+def test_a_write_interrupted_by_ctrl_c_has_ended_when_the_call_raises(tmp_path: Path, request):
+    """Ctrl-C while a write waits for a lock: the call raises only once the write has ended,
+    so what the caller does next (an import deleting the runs it began) cannot overlap it."""
+    import psycopg
+
+    backend = PostgresBackend(tmp_path, request)
+    try:
+        with SyncStore(backend.make()) as store:
+            store.put(thread_id="t1", run_id="r0", event_type="run.start", category="trace")
+            with psycopg.connect(backend.dsn) as holder, psycopg.connect(backend.dsn) as watcher:
+                holder.execute("LOCK TABLE run_events IN EXCLUSIVE MODE")
+
+                def interrupt_then_release() -> None:
+                    waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                    while watcher.execute(waiting).fetchone() == (0,):  # the write is blocked
+                        time.sleep(0.01)
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.5)  # the call raised by now, had it not waited for the write
+                    holder.rollback()
+
+                helper = threading.Thread(target=interrupt_then_release)
+                helper.start()
+                try:
+                    with pytest.raises(KeyboardInterrupt):
+                        store.put_batch([event("r1", 1), event("r1", 2)])
+                    written = [e["seq"] for e in store.list_events("t1", "r1")]
+                finally:
+                    helper.join()
+            assert written == [2, 3]  # the write went on to its end under the Ctrl-C
+            assert store.delete_by_run("t1", "r1") == 2
+            assert store.list_events("t1", "r1") == []
+    finally:
+        asyncio.run(backend.cleanup())
