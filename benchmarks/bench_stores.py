@@ -3,8 +3,13 @@ and browsing: ``list_threads`` and ``list_run_summaries`` across threads at 1,00
 threads, and ``show`` (a 10,000-event run read and rendered).
 
 Run: ``.venv/bin/python benchmarks/bench_stores.py [--events 20000] [--read-sizes 10000,100000]
-[--browse-sizes 1000,100000] [--show-events 10000]``. Prints one line per figure and the ratios
-the issues set targets for.
+[--browse-sizes 1000,100000] [--show-events 10000] [--instructions 2000]``. Prints one line per
+figure and the ratios the issues set targets for.
+
+The SQLite write rates depend on how fast this machine wakes a sleeping thread (the floor makes
+five thread hops per batch, the store one), which varies several-fold between machines and with
+their load. ``--instructions`` also counts, with valgrind's callgrind, the instructions per event
+of the floor and of the SQLite store writing the same events: a figure that repeats anywhere.
 """
 
 from __future__ import annotations
@@ -12,7 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -193,6 +202,73 @@ async def bench_writes(tmp: Path, count: int, singles: int, rounds: int) -> None
                 "events/s",
                 f"{ratio:.2f}x floor (median of {len(mine)} same-round ratios)",
             )
+
+
+async def count_writes(writer: str, batch: int, count: int) -> None:
+    """Write ``count`` events with callgrind's instrumentation on only around the writes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if writer == "floor":
+            store: Any = await Floor.open(Path(tmp) / "floor.db")
+        else:
+            store = open_store(f"sqlite:///{tmp}/store.db")
+            await store.setup()
+        warm, events = 400, make_events(count + 400, 50)
+        await write_rate(store, events[:warm], batch)
+        control = ["callgrind_control", "-i"]
+        subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)
+        await write_rate(store, events[warm:], batch)
+        subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)
+        await store.close()
+
+
+def write_instructions(count: int) -> None:
+    """Instructions per event of the floor and of the SQLite store (every thread), each in its
+    own process under ``valgrind --tool=callgrind`` (which counts the same whatever else runs)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("write instructions: not measured (valgrind not found)", flush=True)
+        return
+    runs = [(writer, batch) for batch in (20, 1) for writer in ("floor", "sqlite")]
+    counts: dict[tuple[str, int], float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        processes = {
+            run: subprocess.Popen(
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--instr-atstart=no",
+                    f"--callgrind-out-file={Path(tmp) / str(i)}",
+                    sys.executable,
+                    __file__,
+                    "--count-writes",
+                    f"{run[0]},{run[1]},{count}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i, run in enumerate(runs)
+        }
+        try:
+            for (writer, batch), process in processes.items():
+                _, err = process.communicate()
+                found = re.search(r"Collected : (\d+)", err)
+                if process.returncode != 0 or found is None:
+                    raise RuntimeError(f"callgrind run of {writer} failed:\n{err[-2000:]}")
+                counts[(writer, batch)] = int(found.group(1)) / count
+        finally:
+            for process in processes.values():  # after a failure, stop the others
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+    for batch, workload in ((20, "put_batch(20)"), (1, "single put")):
+        floor, mine = counts[("floor", batch)], counts[("sqlite", batch)]
+        line(f"write instructions floor aiosqlite {workload}", floor / 1e3, "k/event")
+        line(
+            f"write instructions sqlite {workload}",
+            mine / 1e3,
+            "k/event",
+            f"the floor does {floor / mine:.2f}x as many (callgrind, every thread)",
+        )
 
 
 async def read_figures(store: RunEventStore, thread: str, first_seq: int, total: int) -> dict:
@@ -452,10 +528,24 @@ async def main() -> None:
     parser.add_argument("--skip-writes", action="store_true")
     parser.add_argument("--browse-sizes", default="1000,100000", help="threads; empty: skip")
     parser.add_argument("--show-events", type=int, default=10000)
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="also count the instructions of N SQLite writes with valgrind (0: skip)",
+    )
+    parser.add_argument("--count-writes", help=argparse.SUPPRESS)  # one callgrind child
     args = parser.parse_args()
+    if args.count_writes is not None:
+        writer, batch, count = args.count_writes.split(",")
+        await count_writes(writer, int(batch), int(count))
+        return
     if not args.skip_writes:
         with tempfile.TemporaryDirectory() as tmp:
             await bench_writes(Path(tmp), args.events, args.singles, args.rounds)
+    if args.instructions:
+        write_instructions(args.instructions)
     if args.browse_sizes:
         with tempfile.TemporaryDirectory() as tmp:
             sizes = [int(s) for s in args.browse_sizes.split(",")]

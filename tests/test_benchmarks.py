@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import pytest
 from langchain_core.messages import HumanMessage
 
 from deerflow_journal import MemoryRunEventStore, RunJournal
@@ -20,6 +21,7 @@ from tests.backends import DEFAULT_PG_DSN, PG_DSN_ENV
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_journal.py"
 TINY = ["--runs", "3", "--rounds", "1", "--invocations", "3", "--block", "2"]
+NO_STORE_FIGURES = ["--skip-writes", "--skip-reads", "--browse-sizes", ""]
 
 
 def run_script(name: str, *args: str, **env: str) -> str:
@@ -145,3 +147,18 @@ def test_the_concurrent_runs_benchmark_prints_journal_and_floor_rates():
         assert os.environ.get("CI") != "true", out  # CI has a server: it must run
     else:
         assert re.search(r"4 concurrent runs postgres journal: [\d.]+ runs/s  \([\d.]+x floor", out)
+
+
+@pytest.mark.slow
+def test_the_store_benchmark_counts_the_instructions_of_sqlite_writes():
+    out = run_script("bench_stores.py", *NO_STORE_FIGURES, "--instructions", "5")
+    for workload in ("put_batch(20)", "single put"):
+        floor = re.escape(f"write instructions floor aiosqlite {workload}")
+        assert re.search(rf"{floor} +[\d,.]+ k/event", out)
+        (mine,) = [line for line in out.splitlines() if f"instructions sqlite {workload}" in line]
+        assert re.search(r"the floor does [\d.]+x as many", mine)
+
+
+def test_the_store_benchmark_says_when_it_cannot_count_instructions(tmp_path):
+    out = run_script("bench_stores.py", *NO_STORE_FIGURES, PATH=str(tmp_path))  # no valgrind
+    assert "write instructions: not measured (valgrind not found)" in out
