@@ -56,6 +56,7 @@ def _settle(outcome: concurrent.futures.Future[T], task: asyncio.Task[T]) -> Non
     """Hand the outcome of a call's task, from the loop, to the thread waiting for it."""
     if task.cancelled():
         outcome.cancel()
+        outcome.set_running_or_notify_cancel()  # else concurrent.futures.wait() never sees it
     elif (error := task.exception()) is not None:
         outcome.set_exception(error)
     else:
@@ -116,6 +117,9 @@ class _StoreLoop:
                 )
             self.loop.call_soon_threadsafe(begin)
             self._calls.add(outcome)
+        # Forgotten once it has ended, not when the caller stops waiting: close() still waits
+        # for a write that a second Ctrl-C left running.
+        outcome.add_done_callback(self._forget)
         try:
             return outcome.result()
         except BaseException:
@@ -126,9 +130,10 @@ class _StoreLoop:
                 with contextlib.suppress(BaseException):  # a second Ctrl-C stops waiting
                     outcome.exception()
             raise
-        finally:
-            with self._lock:
-                self._calls.discard(outcome)
+
+    def _forget(self, outcome: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._calls.discard(outcome)
 
     def stop(self, store: RunEventStore, timeout: float | None) -> None:
         """Wait for calls under way, close ``store`` on the loop, then end the loop's thread."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import os
@@ -28,6 +29,7 @@ from deerflow_journal import (
     open_sync_store,
     user_scope,
 )
+from deerflow_journal.stores.base import _shielded
 from tests.backends import Backend, PostgresBackend, SqliteBackend
 from tests.journal.agents import QUESTION, agent_graph, ai, scripted
 from tests.journal.test_store_loop import ANSWER_SEQUENCE, LoopRecordingStore
@@ -365,37 +367,110 @@ def test_the_readme_s_sync_access_snippet_runs(tmp_path: Path):
     assert (tmp_path / ".deer-flow" / "journal.db").exists()
 
 
-@pytest.mark.postgres
-def test_a_write_interrupted_by_ctrl_c_has_ended_when_the_call_raises(tmp_path: Path, request):
-    """Ctrl-C while a write waits for a lock: the call raises only once the write has ended,
-    so what the caller does next (an import deleting the runs it began) cannot overlap it."""
+@contextlib.contextmanager
+def a_write_held_then_interrupted(
+    backend: PostgresBackend, interrupts: int = 1, meanwhile: Callable[[], None] = lambda: None
+) -> Iterator[None]:
+    """While the body writes to ``run_events``, hold the table's lock from another session;
+    once the write waits for it, call ``meanwhile`` in another thread, press Ctrl-C
+    ``interrupts`` times, and release the lock half a second later."""
     import psycopg
 
+    with psycopg.connect(backend.dsn) as holder, psycopg.connect(backend.dsn) as watcher:
+        holder.execute("LOCK TABLE run_events IN EXCLUSIVE MODE")
+
+        def interrupt_then_release() -> None:
+            waiting = (
+                "SELECT count(*) FROM pg_locks WHERE NOT granted "
+                "AND relation = 'run_events'::regclass"
+            )
+            while watcher.execute(waiting).fetchone() == (0,):  # the write is blocked
+                time.sleep(0.01)
+            threading.Thread(target=meanwhile, daemon=True).start()
+            for _ in range(interrupts):
+                time.sleep(0.2)
+                os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)  # a call that did not wait for the write has raised by now
+            holder.rollback()
+
+        helper = threading.Thread(target=interrupt_then_release)
+        helper.start()
+        try:
+            yield
+        finally:
+            helper.join()
+
+
+@pytest.fixture
+def postgres(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[PostgresBackend]:
+    """A fresh PostgreSQL schema, dropped after the test."""
     backend = PostgresBackend(tmp_path, request)
     try:
-        with SyncStore(backend.make()) as store:
-            store.put(thread_id="t1", run_id="r0", event_type="run.start", category="trace")
-            with psycopg.connect(backend.dsn) as holder, psycopg.connect(backend.dsn) as watcher:
-                holder.execute("LOCK TABLE run_events IN EXCLUSIVE MODE")
-
-                def interrupt_then_release() -> None:
-                    waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
-                    while watcher.execute(waiting).fetchone() == (0,):  # the write is blocked
-                        time.sleep(0.01)
-                    os.kill(os.getpid(), signal.SIGINT)
-                    time.sleep(0.5)  # the call raised by now, had it not waited for the write
-                    holder.rollback()
-
-                helper = threading.Thread(target=interrupt_then_release)
-                helper.start()
-                try:
-                    with pytest.raises(KeyboardInterrupt):
-                        store.put_batch([event("r1", 1), event("r1", 2)])
-                    written = [e["seq"] for e in store.list_events("t1", "r1")]
-                finally:
-                    helper.join()
-            assert written == [2, 3]  # the write went on to its end under the Ctrl-C
-            assert store.delete_by_run("t1", "r1") == 2
-            assert store.list_events("t1", "r1") == []
+        yield backend
     finally:
         asyncio.run(backend.cleanup())
+
+
+def stored_seqs(backend: Backend, run_id: str) -> list[int]:
+    with SyncStore(backend.make(read_only=True)) as store:
+        return [e["seq"] for e in store.list_events("t1", run_id)]
+
+
+@pytest.mark.postgres
+def test_a_write_interrupted_by_ctrl_c_has_ended_when_the_call_raises(postgres: PostgresBackend):
+    """Ctrl-C while a write waits for a lock: the call raises only once the write has ended,
+    so what the caller does next (an import deleting the runs it began) cannot overlap it."""
+    with SyncStore(postgres.make()) as store:
+        store.put(thread_id="t1", run_id="r0", event_type="run.start", category="trace")
+        with a_write_held_then_interrupted(postgres), pytest.raises(KeyboardInterrupt):
+            store.put_batch([event("r1", 1), event("r1", 2)])
+        written = [e["seq"] for e in store.list_events("t1", "r1")]
+        assert written == [2, 3]  # the write went on to its end under the Ctrl-C
+        assert store.delete_by_run("t1", "r1") == 2
+        assert store.list_events("t1", "r1") == []
+
+
+@pytest.mark.postgres
+def test_close_meanwhile_returns_once_the_interrupted_write_has_ended(postgres: PostgresBackend):
+    store = SyncStore(postgres.make())
+    store.put(thread_id="t1", run_id="r0", event_type="run.start", category="trace")
+    closed = threading.Event()
+
+    def close() -> None:
+        store.close()  # waits for the write under way
+        closed.set()
+
+    with a_write_held_then_interrupted(postgres, meanwhile=close), pytest.raises(KeyboardInterrupt):
+        store.put_batch([event("r1", 1), event("r1", 2)])
+    assert closed.wait(60), "close() never returned"  # a hang guard, not a time limit
+    assert stored_seqs(postgres, "r1") == [2, 3]
+
+
+def test_after_a_second_ctrl_c_close_still_waits_for_the_call():
+    """A second Ctrl-C stops waiting for a write, not the write: closing the store waits for
+    it rather than cutting it off. (A stand-in write: the stores' own close waits for their
+    writes anyway; a store of another kind need not.)"""
+    store = SyncStore(MemoryRunEventStore())
+    begun, steps = threading.Event(), []
+
+    async def write() -> None:
+        begun.set()
+        await asyncio.sleep(1.0)
+        steps.append("written")
+
+    def interrupt_twice() -> None:
+        begun.wait()
+        for _ in range(2):
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt_twice)
+    helper.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store._loop.call("put", lambda: _shielded(write()))
+    finally:
+        helper.join()
+    assert steps == []  # the caller stopped waiting
+    store.close()
+    assert steps == ["written"]
