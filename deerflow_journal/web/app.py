@@ -131,7 +131,9 @@ class EncodedSlashes:
 
 
 def _wants_json(request: Request) -> bool:
-    return request.url.path.startswith("/api/")
+    # The path below the app's mount point: under a root path, /viewer/api/... is the API too.
+    path, root = request.scope["path"], request.scope.get("root_path", "")
+    return path.removeprefix(root).startswith("/api/")
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

@@ -9,6 +9,8 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from deerflow_journal import latest_workspace_changes, open_store, visible_messages
@@ -194,6 +196,25 @@ async def test_without_a_raw_path_ids_holding_percent_signs_still_route(viewer: 
         assert events == await viewer.store.list_events(thread, run_id)
         slashed = f"/api/threads/{quote(SLASHED_THREAD, safe='')}/runs"
         assert (await client.get(slashed)).status_code == 404
+
+
+async def test_mounted_under_a_path_the_api_and_the_pages_work_the_same(viewer: Viewer):
+    parent = Starlette(routes=[Mount("/viewer", app=create_app(viewer.store))])
+    thread, run = quote(SLASHED_THREAD, safe=""), quote(SLASHED_RUN, safe="")
+    async with client_of(parent) as client:
+        missing = await client.get("/viewer/api/threads/nowhere/runs")
+        assert missing.status_code == 404
+        assert missing.json() == {"error": "the journal has no thread 'nowhere'", "status": 404}
+        events = await client.get(f"/viewer/api/threads/{thread}/runs/{run}/events")
+        assert events.json()["events"] == await viewer.store.list_events(
+            SLASHED_THREAD, SLASHED_RUN
+        )
+        page = await client.get(f"/viewer/threads/{thread}")
+        assert page.status_code == 200
+        assert f'href="/viewer/threads/{thread}/runs/{run}"' in page.text
+        missing_page = await client.get("/viewer/threads/nowhere")
+        assert missing_page.status_code == 404
+        assert missing_page.headers["content-type"].startswith("text/html")
 
 
 async def test_an_unknown_run_of_a_known_thread_is_404(viewer: Viewer):
