@@ -29,14 +29,14 @@ The export format, one JSON object per line, each with a ``kind``:
 - ``{"kind": "summary", ...}``: a ``RunSummary`` as JSON;
 - ``{"kind": "end", "events": N, "summaries": M}`` last, so a file cut short is refused.
 
-A thread's runs are those with a run summary or a message row (every run a ``RunJournal``
-writes has both): ``tail`` and ``export`` do not see a run made only of trace events written
-without a summary.
+``export THREAD`` and ``tail`` read every event of the thread, runs with neither a summary nor a
+message row (trace events written by hand) included.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import heapq
 import os
@@ -235,9 +235,11 @@ def opened(url: str | None, *, read_only: bool = True) -> Iterator[SyncStore]:
         store.close()
 
 
-def run_events(store: SyncStore, thread_id: str, run_id: str) -> Iterator[RunEvent]:
-    """Every event of a run, in seq order, read a page at a time."""
-    after = None
+def run_events(
+    store: SyncStore, thread_id: str, run_id: str | None, after: int | None = None
+) -> Iterator[RunEvent]:
+    """Every event of a run (``None``: of the whole thread) after seq ``after``, in seq
+    order, read a page at a time."""
     while True:
         page = store.list_events(thread_id, run_id, limit=_PAGE, after_seq=after)
         yield from page
@@ -246,21 +248,19 @@ def run_events(store: SyncStore, thread_id: str, run_id: str) -> Iterator[RunEve
         after = page[-1]["seq"]
 
 
-def thread_runs(store: SyncStore, thread_id: str, *, messages: bool = True) -> list[str]:
-    """The thread's runs: those with a summary (first written first), then those seen only
-    in its message rows (all of them when ``messages``, else the latest page)."""
+def thread_runs(store: SyncStore, thread_id: str) -> list[str]:
+    """The thread's runs with a summary (first written first), then those seen only in its
+    latest page of messages."""
     runs = dict.fromkeys(s.run_id for s in store.list_run_summaries(thread_id))
-    after = 0  # from the first message (no after_seq would give the latest page)
-    while True:
-        page = (
-            store.list_messages(thread_id, limit=_PAGE, after_seq=after)
-            if messages
-            else store.list_messages(thread_id, limit=_PAGE)
-        )
-        runs.update(dict.fromkeys(m["run_id"] for m in page))
-        if not messages or len(page) < _PAGE:
-            return list(runs)
-        after = page[-1]["seq"]
+    runs.update(dict.fromkeys(m["run_id"] for m in store.list_messages(thread_id, limit=_PAGE)))
+    return list(runs)
+
+
+def has_thread(store: SyncStore, thread_id: str) -> bool:
+    """Whether the thread has an event or a run summary."""
+    return bool(
+        store.list_events(thread_id, None, limit=1) or store.list_run_summaries(thread_id, limit=1)
+    )
 
 
 def _no_thread(thread_id: str) -> CliError:
@@ -270,7 +270,7 @@ def _no_thread(thread_id: str) -> CliError:
 
 
 def _no_run(store: SyncStore, thread_id: str, run_id: str) -> CliError:
-    if not thread_runs(store, thread_id, messages=False):
+    if not has_thread(store, thread_id):
         return _no_thread(thread_id)
     return CliError(
         f"thread {thread_id!r} has no run {run_id!r}: `{PROG} runs {thread_id}` lists its runs"
@@ -308,7 +308,7 @@ def cmd_runs(args: argparse.Namespace, out: _Out) -> None:
     """``runs [THREAD]``: a page of runs, newest first."""
     with opened(args.url) as store:
         summaries = store.list_run_summaries(args.thread, status=args.status, limit=args.limit)
-        if not summaries and args.thread is not None and not thread_runs(store, args.thread):
+        if not summaries and args.thread is not None and not has_thread(store, args.thread):
             raise _no_thread(args.thread)
     if args.json:
         for s in summaries:
@@ -410,70 +410,44 @@ class _TailPrinter:
 
 
 class _Follower:
-    """A thread's runs and how far each was read: what ``tail`` polls."""
+    """Where ``tail`` is in a thread: the last seq it printed, and what it polls after it.
+
+    Seqs only grow in a thread, so every event written after ``start`` comes after the last
+    seq it read.
+    """
 
     def __init__(self, store: SyncStore, thread_id: str) -> None:
         self.store = store
         self.thread_id = thread_id
-        self.read_to: dict[str, int | None] = {}  # run -> last seq read (None: nothing yet)
-        self.done: set[str] = set()  # runs finished and read after they finished
-        self.message_seq: int | None = None
+        self.after: int | None = None  # the last seq read
 
     def start(self, last: int) -> list[RunEvent]:
-        """The latest ``last`` events of the thread's latest runs; following starts after them.
+        """The thread's latest ``last`` events; following starts after them.
 
-        Runs still going are read whole (to follow on from their end); finished ones only from
-        the newest back until ``last`` events are found, the older ones are left alone.
+        Its latest runs are read whole (each run's summary, or its latest messages, name
+        them), then whatever the thread holds after them (runs with neither); older finished
+        runs are left alone once ``last`` events are found.
         """
-        runs = thread_runs(self.store, self.thread_id, messages=False)
+        runs = thread_runs(self.store, self.thread_id)
         statuses = {s.run_id: s.status for s in self.store.list_run_summaries(self.thread_id)}
-        latest = self.store.list_messages(self.thread_id, limit=1)
-        self.message_seq = latest[-1]["seq"] if latest else None
         kept: list[RunEvent] = []
         for run_id in reversed(runs):
-            finished = statuses.get(run_id) in _FINISHED
-            self.read_to[run_id] = None
-            if finished:
-                self.done.add(run_id)
-                if len(kept) >= last:
-                    continue
+            if statuses.get(run_id) in _FINISHED and len(kept) >= last:
+                continue
             events = list(run_events(self.store, self.thread_id, run_id))
-            self.read_to[run_id] = events[-1]["seq"] if events else None
             kept = heapq.nlargest(last, [*kept, *events], key=lambda e: e["seq"])
+        after = max((e["seq"] for e in kept), default=None)
+        newer = collections.deque(run_events(self.store, self.thread_id, None, after), last)
+        kept = heapq.nlargest(last, [*kept, *newer], key=lambda e: e["seq"])
+        self.after = max((e["seq"] for e in kept), default=after)
         return sorted(kept, key=lambda e: e["seq"])
 
     def poll(self) -> list[RunEvent]:
         """Every event written since the last poll, in seq order."""
-        finished = set()
-        for s in self.store.list_run_summaries(self.thread_id, limit=50):
-            self.read_to.setdefault(s.run_id, None)
-            if s.status in _FINISHED:
-                finished.add(s.run_id)
-        while True:
-            page = self.store.list_messages(
-                self.thread_id, limit=_PAGE, after_seq=self.message_seq or 0
-            )
-            for message in page:
-                self.read_to.setdefault(message["run_id"], None)
-            if page:
-                self.message_seq = page[-1]["seq"]
-            if len(page) < _PAGE:
-                break
-        new: list[RunEvent] = []
-        for run_id, after in list(self.read_to.items()):
-            if run_id in self.done:
-                continue
-            while True:
-                page = self.store.list_events(self.thread_id, run_id, limit=_PAGE, after_seq=after)
-                new += page
-                if page:
-                    after = self.read_to[run_id] = page[-1]["seq"]
-                if len(page) < _PAGE:
-                    break
-            # Its summary came with its last events: read once after it finished, it is done.
-            if run_id in finished:
-                self.done.add(run_id)
-        return sorted(new, key=lambda e: e["seq"])
+        new = list(run_events(self.store, self.thread_id, None, self.after))
+        if new:
+            self.after = new[-1]["seq"]
+        return new
 
 
 def cmd_tail(args: argparse.Namespace, out: _Out) -> None:
@@ -482,7 +456,7 @@ def cmd_tail(args: argparse.Namespace, out: _Out) -> None:
         with opened(args.url) as store:
             follower = _Follower(store, args.thread)
             first = follower.start(args.lines)
-            if not follower.read_to:
+            if not first and not has_thread(store, args.thread):
                 raise _no_thread(args.thread)
             printer = _TailPrinter(out)
             printer.print(first)
@@ -512,14 +486,12 @@ def cmd_export(args: argparse.Namespace, out: _Out) -> None:
     )
     with opened(args.url) as store:
         if args.run is not None:
-            runs = [args.run]
             summaries = [s for s in [store.get_run_summary(args.thread, args.run)] if s]
             if not summaries and not store.list_events(args.thread, args.run, limit=1):
                 raise _no_run(store, args.thread, args.run)
-        else:
-            runs = thread_runs(store, args.thread)
+        else:  # every event of the thread: runs with no summary or message too
             summaries = store.list_run_summaries(args.thread)
-            if not runs:
+            if not summaries and not store.list_events(args.thread, None, limit=1):
                 raise _no_thread(args.thread)
         write(
             _json_line(
@@ -532,12 +504,8 @@ def cmd_export(args: argparse.Namespace, out: _Out) -> None:
                 }
             )
         )
-        # Every run's events, merged into one seq order, a page of each run at a time.
-        merged = heapq.merge(
-            *(run_events(store, args.thread, run_id) for run_id in runs), key=lambda e: e["seq"]
-        )
         count = 0
-        for event in merged:
+        for event in run_events(store, args.thread, args.run):
             write(_json_line({"kind": "event", **event}))
             count += 1
             if count % 1000 == 0:
@@ -600,9 +568,7 @@ def _export_otlp(args: argparse.Namespace, out: _Out) -> None:
 def _runs_to_export(store: SyncStore, thread_id: str, run_id: str | None) -> list[str]:
     """The run asked for, else every run of the thread (those with events)."""
     if run_id is None:
-        runs = [
-            r for r in thread_runs(store, thread_id) if store.list_events(thread_id, r, limit=1)
-        ]
+        runs = list(dict.fromkeys(e["run_id"] for e in run_events(store, thread_id, None)))
         if not runs:
             raise _no_thread(thread_id)
         return runs

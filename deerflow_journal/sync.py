@@ -365,7 +365,7 @@ class SyncStore:
     def list_events(
         self,
         thread_id: str,
-        run_id: str,
+        run_id: str | None,
         *,
         event_types: Iterable[str] | str | None = None,
         task_id: str | None = None,
@@ -373,7 +373,7 @@ class SyncStore:
         after_seq: int | None = None,
         user_id: str | Auto | None = AUTO,
     ) -> list[RunEvent]:
-        """Return one run's events of every category in ascending seq, filters before limit."""
+        """Return one run's events (``None``: every run's) in ascending seq, filters first."""
         return self._loop.call(
             "list_events",
             lambda: self._store.list_events(

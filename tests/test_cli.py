@@ -399,6 +399,32 @@ def test_export_finds_runs_without_a_summary_through_all_their_messages(tmp_path
     assert [e["run_id"] for e in events[::700]] == ["early", "late"]
 
 
+def test_runs_made_only_of_trace_events_are_found_exported_and_tailed(tmp_path: Path):
+    """Events written by hand with neither a run summary nor a message row: the thread exists,
+    and an export copies them (it used to leave them out, and say nothing)."""
+    url, target = f"sqlite:///{tmp_path / 'traces.db'}", f"sqlite:///{tmp_path / 'copy.db'}"
+
+    def event(run_id: str, event_type: str, category: str) -> dict[str, Any]:
+        return {"thread_id": "t1", "run_id": run_id, "event_type": event_type,
+                "category": category, "content": {"run": run_id}}  # fmt: skip
+
+    async def write() -> None:
+        async with open_store(url) as store:
+            await store.put_batch([event("r1", "subagent.start", "subagent")] * 3)
+            await store.put_batch([event("r2", "run.start", "trace")])
+
+    asyncio.run(write())
+    assert "no runs" in ok("--url", url, "runs", "t1")  # the thread is there, no summaries
+    exported = ok("--url", url, "export", "t1")
+    events = [json.loads(line) for line in exported.splitlines()[1:-1]]
+    assert [(e["run_id"], e["seq"]) for e in events] == [("r1", 1), ("r1", 2), ("r1", 3), ("r2", 4)]
+    ok("import", "-", "--url", target, stdin=exported)
+    again = ok("--url", target, "export", "t1")
+    assert again.splitlines()[1:] == exported.splitlines()[1:]
+    lines = ok("--url", url, "tail", "t1", "-n", "2").splitlines()
+    assert [line.split()[0] for line in lines if not line.startswith("--")] == ["3", "4"]
+
+
 # -- mistakes ------------------------------------------------------------------------------
 
 

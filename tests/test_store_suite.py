@@ -561,6 +561,33 @@ async def test_list_events_limit_and_after_seq(store):
     assert await store.list_events(T, "r1", limit=0) == []
 
 
+async def test_list_events_of_every_run_pages_through_the_whole_thread(store):
+    batch = [
+        ev(run_id=f"r{i % 3}", event_type="run.start", category="trace", content={"i": i})
+        if i % 4 == 0
+        else ev(run_id=f"r{i % 3}", content=str(i), metadata={"task_id": f"t{i % 2}"})
+        for i in range(12)
+    ]
+    written = await store.put_batch(batch)
+    await store.put_batch([ev(thread_id="other-thread", run_id="r1")])
+    everything = await store.list_events(T, None, limit=100)
+    assert everything == written
+    walked, after = [], None
+    while page := await store.list_events(T, None, limit=5, after_seq=after):
+        walked += page
+        after = page[-1]["seq"]
+    assert walked == written
+    starts = await store.list_events(T, None, event_types="run.start")
+    assert starts == [e for e in written if e["event_type"] == "run.start"]
+    tasks = await store.list_events(T, None, task_id="t1", limit=2)
+    assert tasks == [e for e in written if e["metadata"].get("task_id") == "t1"][:2]
+    with user_scope("alice"):
+        mine = await store.put_batch([ev(run_id="r9"), ev(run_id="r1")])
+        assert await store.list_events(T, None) == mine
+    assert await store.list_events(T, None) == [*written, *mine]
+    assert await store.list_events("no-such-thread", None) == []
+
+
 # -- last visible AI message ----------------------------------------------------------------
 
 

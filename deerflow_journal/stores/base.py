@@ -321,7 +321,7 @@ class EventQuery:
     """One ``list_events`` call, checked: what a backend's ``_list_events`` returns."""
 
     thread_id: str
-    run_id: str
+    run_id: str | None  # None: every run of the thread
     event_types: tuple[str, ...] | None
     task_id: str | None
     limit: int
@@ -556,7 +556,7 @@ class RunEventStore(ABC):
     async def list_events(
         self,
         thread_id: str,
-        run_id: str,
+        run_id: str | None,
         *,
         event_types: Iterable[str] | str | None = None,
         task_id: str | None = None,
@@ -566,7 +566,9 @@ class RunEventStore(ABC):
     ) -> list[RunEvent]:
         """Return one run's events of every category in ascending seq, filters before limit.
 
-        ``task_id`` matches ``metadata["task_id"]``; ``event_types`` may be one name or several.
+        ``run_id`` ``None`` returns the events of every run of the thread (``after_seq`` pages
+        through all of it: an export, a follower). ``task_id`` matches ``metadata["task_id"]``;
+        ``event_types`` may be one name or several.
         """
         types: tuple[str, ...] | None
         if event_types is None:
@@ -582,7 +584,7 @@ class RunEventStore(ABC):
             after_seq = _check_count(after_seq, "after_seq")
         query = EventQuery(
             _check_thread(thread_id),
-            _check_run(run_id),
+            None if run_id is None else _check_run(run_id),
             types,
             task_id,
             limit,

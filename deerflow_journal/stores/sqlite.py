@@ -282,13 +282,17 @@ class SqliteRunEventStore(RunEventStore):
         return _records(rows)
 
     async def _list_events(self, query: EventQuery) -> list[RunEvent]:
-        where: list[str] = ["thread_id = ?", "run_id = ?"]
-        params: list[Any] = [query.thread_id, query.run_id]
+        where: list[str] = ["thread_id = ?"]
+        params: list[Any] = [query.thread_id]
+        if query.run_id is not None:
+            where.append("run_id = ?")
+            params.append(query.run_id)
         if query.event_types is not None:
             where.append(f"event_type IN {_in_list(query.event_types, params)}")
         if query.task_id is not None:
             where.append("task_id = ?")
             params.append(query.task_id)
+        # Kept off the per-user index either way: the run's index, or the thread's seq order.
         _filter_user(where, params, query.user_id, by_run=True)
         if query.after_seq is not None:
             where.append("seq > ?")

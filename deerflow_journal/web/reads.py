@@ -79,11 +79,11 @@ class Reader:
         return await self.store.get_run_summary(thread_id, run_id, user_id=self.user_id)
 
     async def check_thread(self, thread_id: str) -> None:
-        """Raise ``NotFound`` unless the thread has a run summary or a message row."""
+        """Raise ``NotFound`` unless the thread has a run summary or an event."""
         store, user = self.store, self.user_id
         if await store.list_run_summaries(thread_id, limit=1, user_id=user):
             return
-        if not await store.list_messages(thread_id, limit=1, user_id=user):
+        if not await store.list_events(thread_id, None, limit=1, user_id=user):
             raise NotFound(f"the journal has no thread {thread_id!r}")
 
     async def check_run(self, thread_id: str, run_id: str) -> None:

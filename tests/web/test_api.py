@@ -217,6 +217,17 @@ async def test_mounted_under_a_path_the_api_and_the_pages_work_the_same(viewer: 
         assert missing_page.headers["content-type"].startswith("text/html")
 
 
+async def test_a_thread_of_trace_events_only_is_known(viewer: Viewer):
+    async with viewer.backend.make() as writable:
+        await writable.put(
+            thread_id="traces", run_id="r1", event_type="run.start", category="trace"
+        )
+    assert await get(viewer, "/api/threads/traces/runs") == {"runs": [], "next_before": None}
+    page = await get(viewer, "/api/threads/traces/messages/page")
+    assert page["messages"] == []
+    await get(viewer, "/api/threads/traces/runs/r2/events", 404)
+
+
 async def test_an_unknown_run_of_a_known_thread_is_404(viewer: Viewer):
     for tail in ("events", "workspace-changes"):
         body = await get(viewer, f"/api/threads/weather/runs/nope/{tail}", 404)
