@@ -174,6 +174,22 @@ async def test_list_threads_checks_its_arguments(store):
         await store.list_threads(before="a")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="limit"):
         await store.list_threads(limit="5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"before\.last_event_at is not an ISO-8601 timestamp"):
+        await store.list_threads(before=ThreadInfo("a", 1, "garbage", 1))
+
+
+async def test_a_cursor_time_written_another_way_pages_the_same(store):
+    """A cursor whose time names the same instant in another form (``Z``, another offset) is
+    the same cursor on every backend (some compare the stored text)."""
+    await store.put_batch([ev(t, "r", i) for i, t in enumerate(["a", "b", "c"])])
+    first, *rest = await store.list_threads()
+    stored = datetime.fromisoformat(first.last_event_at)
+    for written in (
+        stored.isoformat().replace("+00:00", "Z"),
+        stored.astimezone(timezone(timedelta(hours=1))).isoformat(),
+    ):
+        cursor = ThreadInfo(first.thread_id, first.last_seq, written, first.run_count)
+        assert await store.list_threads(before=cursor) == rest
 
 
 async def test_another_stores_writes_and_deletes_show_up_in_the_list(

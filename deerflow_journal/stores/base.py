@@ -35,7 +35,7 @@ import math
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
@@ -61,6 +61,7 @@ from deerflow_journal.records import (
     decode_json,
     encode_json,
     normalise_batch,
+    normalise_created_at,
     normalise_event,
     normalise_journal_batch,
     resolve_read_user,
@@ -717,7 +718,7 @@ class RunEventStore(ABC):
         """
         query = ThreadQuery(
             _check_count(limit, "limit"),
-            _check_before(before, ThreadInfo),
+            _check_thread_cursor(before),
             resolve_read_user(user_id),
         )
         await self._ready()
@@ -825,6 +826,18 @@ def _check_before(before: object, kind: type[B]) -> B | None:
     if before is None or isinstance(before, kind):
         return before
     raise TypeError(f"before must be the last {kind.__name__} of the previous page, got {before!r}")
+
+
+def _check_thread_cursor(before: object) -> ThreadInfo | None:
+    """A ``list_threads`` cursor, its time as stored: every backend then compares it the same
+    way (SQLite and the in-process stores compare the text)."""
+    checked = _check_before(before, ThreadInfo)
+    if checked is None:
+        return None
+    if not isinstance(checked.last_event_at, str):
+        raise TypeError(f"before.last_event_at must be a string, got {checked.last_event_at!r}")
+    at = normalise_created_at(checked.last_event_at, "before.last_event_at")
+    return checked if at == checked.last_event_at else replace(checked, last_event_at=at)
 
 
 def _summary_data(summary: RunSummary) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from deerflow_journal.records import normalise_created_at
 from deerflow_journal.web import params
 from deerflow_journal.web.reads import Reader
 
@@ -36,7 +37,14 @@ def thread_cursor(query: Any) -> tuple[str, str] | None:
     if (before_at is None) != (before_thread is None):
         missing = "before_thread" if before_thread is None else "before_at"
         raise params.ParamError(missing, "give before_at and before_thread together")
-    return None if before_at is None or before_thread is None else (before_at, before_thread)
+    if before_at is None or before_thread is None:
+        return None
+    try:  # a time written another way than the store's is the same instant
+        return normalise_created_at(before_at, "before_at"), before_thread
+    except ValueError:
+        raise params.ParamError(
+            "before_at", f"must be an ISO-8601 time (the previous page's next), got {before_at!r}"
+        ) from None
 
 
 async def threads(request: Request) -> Response:

@@ -243,6 +243,7 @@ async def test_an_unknown_run_of_a_known_thread_is_404(viewer: Viewer):
         ("/api/threads", {"limit": str(MAX_LIMIT + 1)}, "limit"),
         ("/api/threads", {"limit": "ten"}, "limit"),
         ("/api/threads", {"before_at": "2026-01-01T00:00:00+00:00"}, "before_thread"),
+        ("/api/threads", {"before_at": "yesterday", "before_thread": "t"}, "before_at"),
         ("/api/threads/weather/runs", {"status": "finished"}, "status"),
         ("/api/threads/weather/messages/page", {"before_seq": "-1"}, "before_seq"),
         ("/api/threads/weather/messages/page", {"limit": "1.5"}, "limit"),
