@@ -48,7 +48,7 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
@@ -179,15 +179,21 @@ def _json_line(value: Any) -> bytes:
 
 
 def _shown_url(url: str) -> str:
-    """``url`` without its password, for messages."""
+    """``url`` without its password (in the user part or a ``password=`` parameter)."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        netloc = f"{parts.username}:***@{host}{port}" if parts.username else f"***@{host}{port}"
-        return urlunsplit(parts._replace(netloc=netloc))
+        if parts.password is None and "password" not in parts.query.lower():
+            return url  # as given: rebuilt, sqlite:///x would lose its empty host
+        if parts.password is not None:
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port else ""
+            user = f"{parts.username}:" if parts.username else ""
+            parts = parts._replace(netloc=f"{user}***@{host}{port}")
+        if "password" in parts.query.lower():
+            query = parse_qsl(parts.query, keep_blank_values=True)
+            hidden = [(k, "***" if k.lower() == "password" else v) for k, v in query]
+            parts = parts._replace(query=urlencode(hidden, safe="*"))
+        return urlunsplit(parts)
     except ValueError:
         return url
 

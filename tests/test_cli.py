@@ -448,6 +448,10 @@ def test_each_mistake_prints_one_line_naming_the_fix(journal_db: str, tmp_path: 
     down = mistake("--url", "postgresql://nobody:secret@127.0.0.1:1/journal", "threads")
     assert "cannot open the journal at postgresql://nobody:***@127.0.0.1:1/journal" in down
     assert "secret" not in down and "check the URL" in down
+    in_query = mistake("--url", "postgresql://nobody@127.0.0.1:1/journal?password=secret", "runs")
+    assert "journal?password=***" in in_query and "secret" not in in_query
+    bad = mistake("--url", "postgresql://u@127.0.0.1/db?options=-csearch_path=s", "threads")
+    assert "not a PostgreSQL connection string" in bad and "unexpected" not in bad
     # Files for import.
     target = ["--url", f"sqlite:///{tmp_path / 'target.db'}"]
     assert "no file" in mistake("import", str(tmp_path / "none.jsonl"), *target)

@@ -381,6 +381,14 @@ async def test_a_dsn_naming_a_missing_database_fails_with_the_servers_reason(pg)
         await PostgresRunEventStore(dsn).setup()
 
 
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_malformed_url_is_refused_at_once_saying_what_to_encode(read_only: bool):
+    with pytest.raises(ValueError, match='invalid URI query parameter: "bogus"'):
+        open_store("postgresql://u@localhost/db?bogus=1", read_only=read_only)
+    with pytest.raises(ValueError, match=r"percent-encode '=' and '&' in a value"):
+        open_store("postgresql://u@localhost/db?options=-csearch_path=s", read_only=read_only)
+
+
 @dataclasses.dataclass
 class _ThreadOnly:
     thread_id: str

@@ -24,7 +24,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import Any, Self, TypeVar
 
 try:
-    from psycopg import AsyncConnection, AsyncCursor, Capabilities, DataError, Error
+    from psycopg import (
+        AsyncConnection,
+        AsyncCursor,
+        Capabilities,
+        DataError,
+        Error,
+        ProgrammingError,
+    )
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg.rows import TupleRow, tuple_row
     from psycopg_pool import AsyncConnectionPool
@@ -473,6 +480,7 @@ class PostgresRunEventStore(RunEventStore):
             self._dsn: str | None = None
             self._pool: AsyncConnectionPool | None = dsn_or_pool
         elif isinstance(dsn_or_pool, str) and dsn_or_pool:
+            _check_dsn(dsn_or_pool)
             self._dsn = _read_only_dsn(dsn_or_pool) if read_only else dsn_or_pool
             self._pool = None
         else:
@@ -920,6 +928,21 @@ def _decode(text: str) -> Any:
         # Rows written as jsonb (before the json columns) spell floats as long decimals, and
         # orjson reads one near the limit as infinity.
         return json.loads(text)
+
+
+def _check_dsn(dsn: str) -> None:
+    """Refuse a connection string libpq cannot read now, with ``ValueError``, rather than
+    with a driver error when the store first connects."""
+    try:
+        conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = (
+            " (percent-encode '=' and '&' in a value: options=-csearch_path%3Dmy_schema)"
+            if "separator" in why
+            else ""
+        )
+        raise ValueError(f"not a PostgreSQL connection string: {why}{hint}") from None
 
 
 def _read_only_dsn(dsn: str) -> str:
