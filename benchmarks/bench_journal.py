@@ -25,11 +25,7 @@ import asyncio
 import contextlib
 import importlib.util
 import itertools
-import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +49,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from pydantic import BaseModel
+from workloads import callgrind_counts, counted
 
 from deerflow_journal import MemoryRunEventStore, RunEventStore, RunJournal
 
@@ -393,70 +390,30 @@ async def end_to_end(
 
 
 async def count_one(name: str, invocations: int) -> None:
-    """Run one variant with callgrind's instrumentation on only around the measured runs."""
+    """Run one variant, counting the instructions of the measured runs only."""
     with tempfile.TemporaryDirectory() as tmp:
         async with variants(tmp) as found:
             agent = build_agent()
             await found[name](agent, 20)  # warm up
-            control = ["callgrind_control", "-i"]
-            subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)
-            await found[name](agent, invocations)
-            subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)
+            with counted():
+                await found[name](agent, invocations)
 
 
 def instructions(invocations: int) -> dict[str, float] | None:
-    """Instructions per run of each variant, every thread included (None without valgrind).
-
-    Each variant runs in its own process under ``valgrind --tool=callgrind``, which counts
-    instructions, not seconds: the figures repeat whatever else the machine is doing.
-    """
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        return None  # callgrind_control ships with valgrind
-    with tempfile.TemporaryDirectory() as tmp:
-        names = [
-            "no callbacks",
-            "no-op handler",
-            "floor+memory",
-            "floor+sqlite",
-            "journal+memory",
-            "journal+sqlite",
-        ]
-        if importlib.util.find_spec("deerflow_journal.stores.sqlite") is None:
-            names.pop()
-        processes = {
-            name: subprocess.Popen(
-                [
-                    "valgrind",
-                    "--tool=callgrind",
-                    "--instr-atstart=no",
-                    f"--callgrind-out-file={Path(tmp) / str(i)}",
-                    sys.executable,
-                    __file__,
-                    "--count-variant",
-                    name,
-                    "--invocations",
-                    str(invocations),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i, name in enumerate(names)
-        }
-        counts = {}
-        try:
-            for name, process in processes.items():
-                _, err = process.communicate()
-                found = re.search(r"Collected : (\d+)", err)
-                if process.returncode != 0 or found is None:
-                    raise RuntimeError(f"callgrind run of {name!r} failed:\n{err[-2000:]}")
-                counts[name] = int(found.group(1)) / invocations
-        finally:
-            for process in processes.values():  # after a failure, stop the others
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
-    return counts
+    """Instructions per run of each variant, every thread included (None without valgrind)."""
+    names = [
+        "no callbacks",
+        "no-op handler",
+        "floor+memory",
+        "floor+sqlite",
+        "journal+memory",
+        "journal+sqlite",
+    ]
+    if importlib.util.find_spec("deerflow_journal.stores.sqlite") is None:
+        names.pop()
+    child = [sys.executable, __file__, "--invocations", str(invocations), "--count-variant"]
+    counts = callgrind_counts({name: [*child, name] for name in names})
+    return None if counts is None else {name: n / invocations for name, n in counts.items()}
 
 
 async def main(runs: int, invocations: int, rounds: int, block: int, counted: int) -> None:

@@ -17,11 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +32,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from workloads import THREAD, line, make_events, median_seconds
+from workloads import THREAD, callgrind_counts, counted, line, make_events, median_seconds
 
 from deerflow_journal import (
     MemoryRunEventStore,
@@ -205,7 +201,7 @@ async def bench_writes(tmp: Path, count: int, singles: int, rounds: int) -> None
 
 
 async def count_writes(writer: str, batch: int, count: int) -> None:
-    """Write ``count`` events with callgrind's instrumentation on only around the writes."""
+    """Write ``count`` events, counting the instructions of the writes only."""
     with tempfile.TemporaryDirectory() as tmp:
         if writer == "floor":
             store: Any = await Floor.open(Path(tmp) / "floor.db")
@@ -214,54 +210,21 @@ async def count_writes(writer: str, batch: int, count: int) -> None:
             await store.setup()
         warm, events = 400, make_events(count + 400, 50)
         await write_rate(store, events[:warm], batch)
-        control = ["callgrind_control", "-i"]
-        subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)
-        await write_rate(store, events[warm:], batch)
-        subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)
+        with counted():
+            await write_rate(store, events[warm:], batch)
         await store.close()
 
 
 def write_instructions(count: int) -> None:
-    """Instructions per event of the floor and of the SQLite store (every thread), each in its
-    own process under ``valgrind --tool=callgrind`` (which counts the same whatever else runs)."""
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+    """Instructions per event of the floor and of the SQLite store (every thread)."""
+    runs = [(writer, batch) for batch in (20, 1) for writer in ("floor", "sqlite")]
+    child = [sys.executable, __file__, "--count-writes"]
+    counts = callgrind_counts({run: [*child, f"{run[0]},{run[1]},{count}"] for run in runs})
+    if counts is None:
         print("write instructions: not measured (valgrind not found)", flush=True)
         return
-    runs = [(writer, batch) for batch in (20, 1) for writer in ("floor", "sqlite")]
-    counts: dict[tuple[str, int], float] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        processes = {
-            run: subprocess.Popen(
-                [
-                    "valgrind",
-                    "--tool=callgrind",
-                    "--instr-atstart=no",
-                    f"--callgrind-out-file={Path(tmp) / str(i)}",
-                    sys.executable,
-                    __file__,
-                    "--count-writes",
-                    f"{run[0]},{run[1]},{count}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for i, run in enumerate(runs)
-        }
-        try:
-            for (writer, batch), process in processes.items():
-                _, err = process.communicate()
-                found = re.search(r"Collected : (\d+)", err)
-                if process.returncode != 0 or found is None:
-                    raise RuntimeError(f"callgrind run of {writer} failed:\n{err[-2000:]}")
-                counts[(writer, batch)] = int(found.group(1)) / count
-        finally:
-            for process in processes.values():  # after a failure, stop the others
-                if process.poll() is None:
-                    process.kill()
-                    process.wait()
     for batch, workload in ((20, "put_batch(20)"), (1, "single put")):
-        floor, mine = counts[("floor", batch)], counts[("sqlite", batch)]
+        floor, mine = counts[("floor", batch)] / count, counts[("sqlite", batch)] / count
         line(f"write instructions floor aiosqlite {workload}", floor / 1e3, "k/event")
         line(
             f"write instructions sqlite {workload}",

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessage
 
@@ -99,3 +106,58 @@ async def median_seconds(fn: Callable[[], Awaitable[Any]], repeat: int = 30) -> 
 def line(label: str, value: float, unit: str, extra: str = "") -> None:
     """Print one benchmark figure on one line."""
     print(f"{label:<58} {value:>12,.1f} {unit}{('  ' + extra) if extra else ''}", flush=True)
+
+
+K = TypeVar("K")
+
+
+def callgrind_counts(children: Mapping[K, list[str]]) -> dict[K, int] | None:
+    """The instructions each child program counted (every thread), or None without valgrind.
+
+    Each runs at once in its own process under ``valgrind --tool=callgrind``, which counts
+    instructions, not seconds: the figures repeat whatever else the machine is doing. A child
+    counts only inside ``counted()``.
+    """
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        return None  # callgrind_control ships with valgrind
+    with tempfile.TemporaryDirectory() as tmp:
+        processes = {
+            key: subprocess.Popen(
+                [
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--instr-atstart=no",
+                    f"--callgrind-out-file={Path(tmp) / str(i)}",
+                    *command,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i, (key, command) in enumerate(children.items())
+        }
+        counts = {}
+        try:
+            for key, process in processes.items():
+                _, err = process.communicate()
+                found = re.search(r"Collected : (\d+)", err)
+                if process.returncode != 0 or found is None:
+                    raise RuntimeError(f"callgrind run of {key!r} failed:\n{err[-2000:]}")
+                counts[key] = int(found.group(1))
+        finally:
+            for process in processes.values():  # after a failure, stop the others
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+    return counts
+
+
+@contextlib.contextmanager
+def counted() -> Iterator[None]:
+    """In a ``callgrind_counts`` child: count the instructions of the block, and only those."""
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)
