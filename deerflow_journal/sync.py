@@ -79,6 +79,20 @@ class _StoreLoop:
     def _serve(self) -> None:
         try:
             self.loop.run_forever()
+        except BaseException as exc:
+            # A call raised KeyboardInterrupt or SystemExit, which asyncio lets out of the
+            # loop: nothing runs here any more, so every caller still waiting is told.
+            with self._lock:
+                self.closed = True
+                waiting = list(self._calls)
+            with _open_lock:
+                _open.pop(self, None)
+            for outcome in waiting:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    outcome.set_exception(
+                        RuntimeError(f"the SyncStore's event loop ended: a call raised {exc!r}")
+                    )
+            logger.error("a SyncStore's event loop ended: a call raised %r", exc)
         finally:
             self.loop.close()
 

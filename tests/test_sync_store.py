@@ -474,3 +474,32 @@ def test_after_a_second_ctrl_c_close_still_waits_for_the_call():
     assert steps == []  # the caller stopped waiting
     store.close()
     assert steps == ["written"]
+
+
+def test_a_call_that_ends_the_loop_fails_every_waiting_call_instead_of_hanging():
+    """KeyboardInterrupt or SystemExit raised in a call escapes asyncio's loop and ends its
+    thread: the callers waiting are told, and the facade counts as closed."""
+    store = SyncStore(MemoryRunEventStore())
+    store.put(thread_id="t1", run_id="r1", event_type="run.start", category="trace")
+
+    async def exits() -> None:
+        raise SystemExit(3)
+
+    failures: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            store._loop.call("put", exits)
+        except BaseException as exc:
+            failures.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    caller.join(60)  # a hang guard, not a time limit
+    assert not caller.is_alive(), "the call never returned"
+    assert [type(f) for f in failures] == [RuntimeError]
+    assert "the SyncStore's event loop ended" in str(failures[0])
+    assert store.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        store.count_messages("t1")
+    store.close()  # nothing left to close: returns
