@@ -29,16 +29,14 @@ The export format, one JSON object per line, each with a ``kind``:
 - ``{"kind": "summary", ...}``: a ``RunSummary`` as JSON;
 - ``{"kind": "end", "events": N, "summaries": M}`` last, so a file cut short is refused.
 
-``export THREAD`` and ``tail`` read every event of the thread, runs with neither a summary nor a
-message row (trace events written by hand) included.
+``export THREAD`` copies every event of the thread and ``tail`` shows its latest, runs with
+neither a summary nor a message row (trace events written by hand) included.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
-import heapq
 import os
 import shutil
 import sys
@@ -179,7 +177,8 @@ def _json_line(value: Any) -> bytes:
 
 
 def _shown_url(url: str) -> str:
-    """``url`` without its password (in the user part or a ``password=`` parameter)."""
+    """``url`` without its passwords (in the user part, or parameters such as ``password``
+    and ``sslpassword``)."""
     try:
         parts = urlsplit(url)
         if parts.password is None and "password" not in parts.query.lower():
@@ -191,7 +190,7 @@ def _shown_url(url: str) -> str:
             parts = parts._replace(netloc=f"{user}***@{host}{port}")
         if "password" in parts.query.lower():
             query = parse_qsl(parts.query, keep_blank_values=True)
-            hidden = [(k, "***" if k.lower() == "password" else v) for k, v in query]
+            hidden = [(k, "***" if "password" in k.lower() else v) for k, v in query]
             parts = parts._replace(query=urlencode(hidden, safe="*"))
         return urlunsplit(parts)
     except ValueError:
@@ -252,14 +251,6 @@ def run_events(
         if len(page) < _PAGE:
             return
         after = page[-1]["seq"]
-
-
-def thread_runs(store: SyncStore, thread_id: str) -> list[str]:
-    """The thread's runs with a summary (first written first), then those seen only in its
-    latest page of messages."""
-    runs = dict.fromkeys(s.run_id for s in store.list_run_summaries(thread_id))
-    runs.update(dict.fromkeys(m["run_id"] for m in store.list_messages(thread_id, limit=_PAGE)))
-    return list(runs)
 
 
 def has_thread(store: SyncStore, thread_id: str) -> bool:
@@ -418,8 +409,9 @@ class _TailPrinter:
 class _Follower:
     """Where ``tail`` is in a thread: the last seq it printed, and what it polls after it.
 
-    Seqs only grow in a thread, so every event written after ``start`` comes after the last
-    seq it read.
+    A thread's seqs only grow and have no gaps but those deletes leave, so its last seq is
+    found by a few probes, its latest events are those just below it, and every event
+    written later comes after it.
     """
 
     def __init__(self, store: SyncStore, thread_id: str) -> None:
@@ -427,26 +419,42 @@ class _Follower:
         self.thread_id = thread_id
         self.after: int | None = None  # the last seq read
 
-    def start(self, last: int) -> list[RunEvent]:
-        """The thread's latest ``last`` events; following starts after them.
+    def _first_after(self, seq: int) -> int | None:
+        page = self.store.list_events(self.thread_id, None, limit=1, after_seq=seq)
+        return page[0]["seq"] if page else None
 
-        Its latest runs are read whole (each run's summary, or its latest messages, name
-        them), then whatever the thread holds after them (runs with neither); older finished
-        runs are left alone once ``last`` events are found.
-        """
-        runs = thread_runs(self.store, self.thread_id)
-        statuses = {s.run_id: s.status for s in self.store.list_run_summaries(self.thread_id)}
-        kept: list[RunEvent] = []
-        for run_id in reversed(runs):
-            if statuses.get(run_id) in _FINISHED and len(kept) >= last:
-                continue
-            events = list(run_events(self.store, self.thread_id, run_id))
-            kept = heapq.nlargest(last, [*kept, *events], key=lambda e: e["seq"])
-        after = max((e["seq"] for e in kept), default=None)
-        newer = collections.deque(run_events(self.store, self.thread_id, None, after), last)
-        kept = heapq.nlargest(last, [*kept, *newer], key=lambda e: e["seq"])
-        self.after = max((e["seq"] for e in kept), default=after)
-        return sorted(kept, key=lambda e: e["seq"])
+    def _last_seq(self) -> int | None:
+        """The thread's last seq (``None``: no events): ahead in doubling steps, then halving."""
+        known = self._first_after(0)
+        if known is None:
+            return None
+        step = 1
+        while (beyond := self._first_after(known + step)) is not None:
+            known, step = beyond, step * 2
+        low, high = known, known + step  # an event at low, none above high
+        while low < high:
+            middle = (low + high + 1) // 2
+            found = self._first_after(middle - 1)
+            if found is None:
+                high = middle - 1
+            else:
+                low = found
+        return low
+
+    def start(self, last: int) -> list[RunEvent]:
+        """The thread's latest ``last`` events; following starts after them."""
+        newest = self._last_seq()
+        if newest is None:
+            return []
+        span = max(last, 1)
+        while True:  # more than the window when deletes left gaps in it
+            start = newest - span
+            events = list(run_events(self.store, self.thread_id, None, max(start, 0)))
+            if len(events) >= last or start <= 0:
+                # Written meanwhile, events above newest are shown now, not again by poll.
+                self.after = events[-1]["seq"] if events else newest
+                return events[len(events) - last :] if last else []
+            span *= 2
 
     def poll(self) -> list[RunEvent]:
         """Every event written since the last poll, in seq order."""

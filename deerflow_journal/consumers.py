@@ -10,7 +10,7 @@ from deerflow_journal.catalog import (
     WORKSPACE_CHANGES_EVENT,
     is_middleware_caller,
 )
-from deerflow_journal.records import AUTO, Auto, RunEvent
+from deerflow_journal.records import AUTO, Auto, RunEvent, check_text
 from deerflow_journal.stores.base import AI_RESPONSE_EVENT_TYPES, RunEventStore
 
 __all__ = ["latest_workspace_changes", "memory_context_digests", "visible_messages"]
@@ -60,6 +60,7 @@ async def memory_context_digests(
     """Map each run to the ``content_sha256`` of its ``context:memory`` event (if it has one)."""
     digests: dict[str, str] = {}
     for run_id in [run_ids] if isinstance(run_ids, str) else run_ids:
+        check_text(run_id, "run_id")  # None would read the whole thread
         events = await store.list_events(
             thread_id, run_id, event_types=MEMORY_CONTEXT_EVENT.event_type, limit=1, user_id=user_id
         )
@@ -78,6 +79,7 @@ async def latest_workspace_changes(
     user_id: str | Auto | None = AUTO,
 ) -> dict[str, Any] | None:
     """The ``metadata.workspace_changes`` payload of the run's newest such event, or ``None``."""
+    check_text(run_id, "run_id")  # None would read the whole thread
     latest: RunEvent | None = None
     after_seq: int | None = None
     while True:

@@ -30,7 +30,7 @@ from uuid import UUID
 
 from deerflow_journal.cost import model_cost
 from deerflow_journal.journal.usage import token_counts
-from deerflow_journal.records import RunEvent
+from deerflow_journal.records import RunEvent, check_text
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.summary import RunSummary
 
@@ -353,6 +353,7 @@ async def export_run(
     network). ``LookupError`` if the store has no events of the run; ``RuntimeError`` if the
     exporter reports a failure.
     """
+    check_text(run_id, "run_id")  # None would read the whole thread
     events: list[RunEvent] = []
     after = None
     while True:

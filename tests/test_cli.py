@@ -425,6 +425,30 @@ def test_runs_made_only_of_trace_events_are_found_exported_and_tailed(tmp_path: 
     assert [line.split()[0] for line in lines if not line.startswith("--")] == ["3", "4"]
 
 
+def test_tail_prints_exactly_the_latest_events_of_runs_written_in_turns(tmp_path: Path):
+    """Runs whose events interleave, one with a summary and one of trace events only, and a
+    deleted run's gap: ``-n N`` is the thread's last N events, whatever their runs."""
+    url = f"sqlite:///{tmp_path / 'turns.db'}"
+
+    def event(run_id: str, i: int) -> dict[str, Any]:
+        return {"thread_id": "t", "run_id": run_id, "event_type": "run.start",
+                "category": "trace", "content": {"i": i}}  # fmt: skip
+
+    async def write() -> list[int]:
+        async with open_store(url) as store:
+            for i in range(30):
+                await store.put(**event(("summed", "traced", "gone")[i % 3], i))
+            await store.put_run_summary(RunSummary(thread_id="t", run_id="summed"))
+            await store.delete_by_run("t", "gone")
+            return [e["seq"] for e in await store.list_events("t", None, limit=100)]
+
+    seqs = asyncio.run(write())
+    for lines in (1, 4, 9, 20, 50):
+        out = ok("--url", url, "tail", "t", "-n", str(lines)).splitlines()
+        shown = [int(line.split()[0]) for line in out if not line.startswith("-- run ")]
+        assert shown == seqs[-lines:], lines
+
+
 # -- mistakes ------------------------------------------------------------------------------
 
 
@@ -452,6 +476,10 @@ def test_each_mistake_prints_one_line_naming_the_fix(journal_db: str, tmp_path: 
     assert "journal?password=***" in in_query and "secret" not in in_query
     bad = mistake("--url", "postgresql://u@127.0.0.1/db?options=-csearch_path=s", "threads")
     assert "not a PostgreSQL connection string" in bad and "unexpected" not in bad
+    bad = mistake("--url", "postgresql://u:p%zzsecret@127.0.0.1/db", "threads")
+    assert "percent-encoded" in bad and "secret" not in bad
+    ssl = mistake("--url", "postgresql://u@127.0.0.1:1/db?sslpassword=secret", "threads")
+    assert "sslpassword=***" in ssl and "secret" not in ssl
     # Files for import.
     target = ["--url", f"sqlite:///{tmp_path / 'target.db'}"]
     assert "no file" in mistake("import", str(tmp_path / "none.jsonl"), *target)

@@ -128,3 +128,12 @@ async def test_latest_workspace_changes_pages_to_the_end(store, monkeypatch, cou
     ]
     await store.put_batch(events)
     assert await latest_workspace_changes(store, T, "r1") == {"n": count - 1}
+
+
+async def test_the_run_helpers_refuse_a_missing_run_id(store):
+    """``list_events(thread, None)`` reads the whole thread: a helper of one run must not."""
+    await store.put(thread_id="t1", run_id="r1", event_type="run.start", category="trace")
+    with pytest.raises(TypeError, match="run_id"):
+        await latest_workspace_changes(store, "t1", None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="run_id"):
+        await memory_context_digests(store, "t1", [None])  # type: ignore[list-item]

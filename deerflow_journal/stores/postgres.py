@@ -937,6 +937,8 @@ def _check_dsn(dsn: str) -> None:
         conninfo_to_dict(dsn)
     except ProgrammingError as exc:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "percent-encoded" in why:  # libpq quotes the token, which may be a password
+            why = 'invalid percent-encoded token: "%" not followed by two hex digits'
         hint = (
             " (percent-encode '=' and '&' in a value: options=-csearch_path%3Dmy_schema)"
             if "separator" in why

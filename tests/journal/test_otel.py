@@ -273,3 +273,11 @@ def test_without_the_otel_extra_the_import_names_it():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert "pip install 'deerflow-journal[otel]'" in done.stdout
+
+
+async def test_export_run_refuses_a_missing_run_id(store):
+    await store.put(thread_id="t1", run_id="r1", event_type="run.start", category="trace")
+    exporter = InMemorySpanExporter()
+    with pytest.raises(TypeError, match="run_id"):
+        await export_run(store, "t1", None, exporter)  # type: ignore[arg-type]
+    assert exporter.get_finished_spans() == ()
