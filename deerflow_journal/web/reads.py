@@ -83,6 +83,10 @@ class Reader:
         store, user = self.store, self.user_id
         if await store.list_run_summaries(thread_id, limit=1, user_id=user):
             return
+        # Messages first: they have a per-user index, where the thread's events in seq order
+        # are scanned for a user's first row.
+        if await store.list_messages(thread_id, limit=1, user_id=user):
+            return
         if not await store.list_events(thread_id, None, limit=1, user_id=user):
             raise NotFound(f"the journal has no thread {thread_id!r}")
 
