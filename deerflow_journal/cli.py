@@ -505,7 +505,7 @@ def cmd_export(args: argparse.Namespace, out: _Out) -> None:
                 raise _no_run(store, args.thread, args.run)
         else:  # every event of the thread: runs with no summary or message too
             summaries = store.list_run_summaries(args.thread)
-            if not summaries and not store.list_events(args.thread, None, limit=1):
+            if not summaries and not has_thread(store, args.thread):
                 raise _no_thread(args.thread)
         write(
             _json_line(

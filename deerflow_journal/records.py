@@ -451,13 +451,9 @@ def normalise_event(
         content = event.get("content", "")
 
         content_json = _encode_field(content, "content", where, default)
-        if category == "trace" or category == "outputs":
-            content_json, metadata = _cut(
-                content,
-                content_json,
-                metadata,
-                max_trace_content if category == "trace" else max_outputs_content,
-            )
+        content_json, metadata = _cut(
+            category, content, content_json, metadata, max_trace_content, max_outputs_content
+        )
         metadata_json = _encode_field(metadata, "metadata", where, default)
         if len(content_json) > JSON_MAX_LENGTH or len(metadata_json) > JSON_MAX_LENGTH:
             _too_long(content_json, metadata_json, where)
@@ -494,10 +490,21 @@ def normalise_event(
 
 
 def _cut(
-    content: Any, content_json: str, metadata: dict[str, Any], limit: int | None
+    category: str,
+    content: Any,
+    content_json: str,
+    metadata: dict[str, Any],
+    max_trace_content: int | None,
+    max_outputs_content: int | None,
 ) -> tuple[str, dict[str, Any]]:
-    """Content over ``limit`` bytes (``None``: no limit) cut to it, and the metadata that says
-    so: the content JSON and metadata to store."""
+    """The content JSON and metadata to store: trace and outputs content over its category's
+    limit (``None``: no limit) cut to it, with metadata that says so; the rest as it is."""
+    if category == "trace":
+        limit = max_trace_content
+    elif category == "outputs":
+        limit = max_outputs_content
+    else:
+        return content_json, metadata
     if limit is None:
         return content_json, metadata
     text = _clean_text(content) if isinstance(content, str) else content_json
@@ -649,13 +656,9 @@ def _journal_event(
             created_at = normalise_created_at(created_at)
         content = event["content"]
         content_json = encode_json(content, default)
-        if category == "trace" or category == "outputs":
-            content_json, metadata = _cut(
-                content,
-                content_json,
-                metadata,
-                max_trace_content if category == "trace" else max_outputs_content,
-            )
+        content_json, metadata = _cut(
+            category, content, content_json, metadata, max_trace_content, max_outputs_content
+        )
         # orjson alone (no TypeError, no U+0000 to clean): every key is a str, and a str value
         # decodes as itself, so task_id and caller are read without decoding the metadata.
         metadata_json = orjson.dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()

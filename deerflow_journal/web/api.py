@@ -39,7 +39,7 @@ def thread_cursor(query: Any) -> tuple[str, str] | None:
         raise params.ParamError(missing, "give before_at and before_thread together")
     if before_at is None or before_thread is None:
         return None
-    try:  # a time written another way than the store's is the same instant
+    try:  # checked here to name the parameter; the store would only raise ValueError
         return normalise_created_at(before_at, "before_at"), before_thread
     except ValueError:
         raise params.ParamError(

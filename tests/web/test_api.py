@@ -198,6 +198,19 @@ async def test_without_a_raw_path_ids_holding_percent_signs_still_route(viewer: 
         assert (await client.get(slashed)).status_code == 404
 
 
+async def test_a_raw_path_that_is_not_the_path_is_not_routed_on(viewer: Viewer):
+    """A proxy may rewrite the path and leave the client's ``raw_path``: the path routes."""
+    app = create_app(viewer.store)
+
+    async def elsewhere(scope: Any, receive: Any, send: Any) -> None:
+        await app({**scope, "raw_path": b"/api/threads/nowhere/runs"}, receive, send)
+
+    async with client_of(elsewhere) as client:
+        response = await client.get("/api/threads/weather/runs")
+        assert response.status_code == 200
+        assert [r["run_id"] for r in response.json()["runs"]] == viewer.ids["weather"][::-1]
+
+
 async def test_mounted_under_a_path_the_api_and_the_pages_work_the_same(viewer: Viewer):
     parent = Starlette(routes=[Mount("/viewer", app=create_app(viewer.store))])
     thread, run = quote(SLASHED_THREAD, safe=""), quote(SLASHED_RUN, safe="")
