@@ -30,12 +30,12 @@ def start_event(thread_id: str, run_id: str, user_id: str | None = None) -> dict
 async def test_a_journal_write_spans_threads_and_upserts_their_summaries(store):
     events = [start_event("t1", "r1"), start_event("t2", "r2"), start_event("t1", "r1")]
     summaries = [RunSummary(thread_id="t1", run_id="r1"), RunSummary(thread_id="t3", run_id="r3")]
-    await store._put_journal_batch(events, summaries)
+    await store._put_journal_batch(events, [s.to_json_dict() for s in summaries])
     assert [e["seq"] for e in await store.list_events("t1", "r1")] == [1, 2]
     assert [e["seq"] for e in await store.list_events("t2", "r2")] == [1]
     assert await store.get_run_summary("t3", "r3") == summaries[1]
     ended = RunSummary(thread_id="t1", run_id="r1", status="success")
-    await store._put_journal_batch([], [ended])
+    await store._put_journal_batch([], [ended.to_json_dict()])
     assert await store.get_run_summary("t1", "r1") == ended
 
 
@@ -43,7 +43,7 @@ async def test_a_journal_write_with_a_refused_summary_writes_nothing(store):
     await store.put_run_summary(RunSummary(thread_id="t", run_id="r", user_id="alice"))
     bob = RunSummary(thread_id="t", run_id="r", user_id="bob", status="success")
     with pytest.raises(PermissionError):
-        await store._put_journal_batch([start_event("t", "r", "bob")], [bob])
+        await store._put_journal_batch([start_event("t", "r", "bob")], [bob.to_json_dict()])
     assert await store.list_events("t", "r", user_id=None) == []
     summary = await store.get_run_summary("t", "r", user_id=None)
     assert summary is not None and summary.user_id == "alice"
@@ -69,12 +69,18 @@ async def test_a_batch_id_the_store_took_writes_nothing_the_second_time(store):
     # The journal retries a batch whose answer was lost (a dropped connection after the
     # commit): under its id, the retry must not write it twice.
     first = RunSummary(thread_id="t", run_id="r", status="running")
-    assert await store._put_journal_batch([start_event("t", "r")], [first], batch_id="b1")
+    assert await store._put_journal_batch(
+        [start_event("t", "r")], [first.to_json_dict()], batch_id="b1"
+    )
     later = RunSummary(thread_id="t", run_id="r", status="success")
-    assert not await store._put_journal_batch([start_event("t", "r")], [later], batch_id="b1")
+    assert not await store._put_journal_batch(
+        [start_event("t", "r")], [later.to_json_dict()], batch_id="b1"
+    )
     assert [e["seq"] for e in await store.list_events("t", "r")] == [1]
     assert await store.get_run_summary("t", "r") == first
-    assert await store._put_journal_batch([start_event("t", "r")], [later], batch_id="b2")
+    assert await store._put_journal_batch(
+        [start_event("t", "r")], [later.to_json_dict()], batch_id="b2"
+    )
     assert [e["seq"] for e in await store.list_events("t", "r")] == [1, 2]
     assert await store.get_run_summary("t", "r") == later
 
@@ -83,7 +89,9 @@ async def test_a_refused_batch_leaves_its_id_unused(store):
     await store.put_run_summary(RunSummary(thread_id="t", run_id="r", user_id="alice"))
     bob = RunSummary(thread_id="t", run_id="r", user_id="bob")
     with pytest.raises(PermissionError):
-        await store._put_journal_batch([start_event("t", "r", "bob")], [bob], batch_id="b1")
+        await store._put_journal_batch(
+            [start_event("t", "r", "bob")], [bob.to_json_dict()], batch_id="b1"
+        )
     assert await store._put_journal_batch([start_event("t", "r", "bob")], [], batch_id="b1")
     assert len(await store.list_events("t", "r", user_id=None)) == 1
 

@@ -385,10 +385,10 @@ async def test_a_journal_batch_whose_summary_fails_writes_no_events(tmp_path):
     # Reads as no summaries yet (the owner check passes), but appending to it fails.
     blocker.symlink_to(tmp_path / "missing" / "summaries.jsonl")
     with pytest.raises(OSError):
-        await store._put_journal_batch([ev(content="new")], [summary()])
+        await store._put_journal_batch([ev(content="new")], [summary().to_json_dict()])
     assert [e["content"] for e in await store.list_events("t", "r1")] == ["earlier"]
     blocker.unlink()
-    await store._put_journal_batch([ev(content="new")], [summary()])
+    await store._put_journal_batch([ev(content="new")], [summary().to_json_dict()])
     assert [e["content"] for e in await store.list_events("t", "r1")] == ["earlier", "new"]
     assert (await store.get_run_summary("t", "r1")) is not None
 
@@ -397,12 +397,12 @@ async def test_a_journal_batch_whose_events_fail_keeps_no_summary(tmp_path):
     # Thread "t" goes first: its summary is written when thread "t2"'s events then fail.
     store = JsonlRunEventStore(tmp_path)
     await store.setup()
-    await store._put_journal_batch([], [summary("r0")])
+    await store._put_journal_batch([], [summary("r0").to_json_dict()])
     blocked = ThreadPaths(store.base_dir, "t2")
     blocked.runs.mkdir(parents=True)
     blocked.run_file("r1").mkdir()  # the events cannot be appended
     with pytest.raises(OSError):
-        await store._put_journal_batch([ev(thread_id="t2")], [summary()])
+        await store._put_journal_batch([ev(thread_id="t2")], [summary().to_json_dict()])
     assert (await store.get_run_summary("t", "r1")) is None
     assert (await store.get_run_summary("t", "r0")) is not None
     assert b"r1" not in ThreadPaths(store.base_dir, "t").summaries.read_bytes()
@@ -430,7 +430,8 @@ jsonl_files.LockedThread.commit = die  # killed with the batch's lines and summa
 async def main():
     async with jsonl.JsonlRunEventStore(sys.argv[1]) as store:
         event = dict(thread_id="t", run_id="r1", event_type="run.end", category="outputs")
-        await store._put_journal_batch([event], [RunSummary(thread_id="t", run_id="r1")])
+        summary = RunSummary(thread_id="t", run_id="r1").to_json_dict()
+        await store._put_journal_batch([event], [summary])
 
 asyncio.run(main())
 """
@@ -441,7 +442,7 @@ async def test_a_journal_batch_killed_before_its_commit_leaves_neither_events_no
     tmp_path,
 ):
     async with JsonlRunEventStore(tmp_path) as store:
-        await store._put_journal_batch([], [summary("r0")])
+        await store._put_journal_batch([], [summary("r0").to_json_dict()])
         assert run_python(KILLED_JOURNAL_WRITER, str(tmp_path)) == 9
         assert b'"r1"' in ThreadPaths(store.base_dir, "t").summaries.read_bytes()
         await store.put(**ev(run_id="r2"))  # the next writer recovers the thread
@@ -456,7 +457,7 @@ async def test_summary_reads_finish_a_journal_batch_a_dead_writer_left(tmp_path,
     # Read before anything else touches the thread: the batch's summary must not show, for
     # the next writer's rollback would take it away again.
     async with JsonlRunEventStore(tmp_path) as store:
-        await store._put_journal_batch([], [summary("r0")])
+        await store._put_journal_batch([], [summary("r0").to_json_dict()])
         assert run_python(KILLED_JOURNAL_WRITER, str(tmp_path)) == 9
         if read == "get_run_summary":
             assert (await store.get_run_summary("t", "r1")) is None

@@ -398,7 +398,9 @@ async def test_a_journal_write_ignores_the_pool_row_factory(pg):
     pool = AsyncConnectionPool(pg.dsn, open=False, kwargs={"row_factory": class_row(_ThreadOnly)})
     async with pool, PostgresRunEventStore(pool) as store:
         event = {"thread_id": THREAD, "run_id": "r", "event_type": "e", "category": "message"}
-        await store._put_journal_batch([event], [RunSummary(thread_id=THREAD, run_id="r")])
+        await store._put_journal_batch(
+            [event], [RunSummary(thread_id=THREAD, run_id="r").to_json_dict()]
+        )
         assert await store.get_run_summary(THREAD, "r") is not None
 
 
@@ -642,7 +644,7 @@ async def test_an_event_postgresql_cannot_index_is_refused_and_writes_nothing(pg
             "put": lambda: store.put(**bad),
             "put_batch": lambda: store.put_batch([good, bad]),
             "put_if_absent": lambda: store.put_if_absent(**bad),
-            "journal": lambda: store._put_journal_batch([good, bad], [summary]),
+            "journal": lambda: store._put_journal_batch([good, bad], [summary.to_json_dict()]),
         }
         for name, write in writes.items():
             with pytest.raises(EventRefused, match="index row size") as refused:

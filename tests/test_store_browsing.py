@@ -310,7 +310,7 @@ async def test_another_stores_summaries_show_up_in_the_pages(persistent_backend:
     async with persistent_backend.make() as reader, persistent_backend.make() as writer:
         await writer.put_run_summary(summary("a", "r1", 1))
         assert await every_run(reader, 5) == [("a", "r1")]
-        await writer._put_journal_batch([ev("b", "r1", 2)], [summary("b", "r1", 2)])
+        await writer._put_journal_batch([ev("b", "r1", 2)], [summary("b", "r1", 2).to_json_dict()])
         await writer.put_run_summary(summary("a", "r1", 3, status="success"))
         assert await every_run(reader, 5) == [("a", "r1"), ("b", "r1")]
         assert await every_run(reader, 5, status="success") == [("a", "r1")]

@@ -201,8 +201,9 @@ async def test_a_database_of_every_earlier_schema_version_upgrades_and_reads_bac
         first = 4 if written else 1
         assert (await store.put(**ev()))["seq"] == first
         summary = RunSummary(thread_id=T, run_id="r2")
-        assert await store._put_journal_batch([ev(), ev()], [summary], batch_id="b1")
-        assert not await store._put_journal_batch([ev()], [summary], batch_id="b1")
+        summaries = [summary.to_json_dict()]
+        assert await store._put_journal_batch([ev(), ev()], summaries, batch_id="b1")
+        assert not await store._put_journal_batch([ev()], summaries, batch_id="b1")
         assert [e["seq"] for e in await store.list_events(T, "r2")] == [first, first + 1, first + 2]
         assert await store.count_messages(T, user_id=None) == (2 if written else 0) + 3
         assert await store.get_run_summary(T, "r2") == summary

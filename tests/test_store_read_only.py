@@ -56,7 +56,7 @@ async def attempt_writes(store: RunEventStore) -> list[str]:
         "delete_by_thread": lambda: store.delete_by_thread("t"),
         "delete_by_run": lambda: store.delete_by_run("t", "r1"),
         "put_run_summary": lambda: store.put_run_summary(summary),
-        "journal batch": lambda: store._put_journal_batch([EV], [summary]),
+        "journal batch": lambda: store._put_journal_batch([EV], [summary.to_json_dict()]),
     }
     refused = []
     for name, call in calls.items():
@@ -149,7 +149,7 @@ async def test_a_read_only_jsonl_store_does_not_guess_past_an_unreadable_state_f
 async def test_read_only_jsonl_reads_leave_out_a_journal_batch_a_dead_writer_left(tmp_path):
     async with JsonlRunEventStore(tmp_path) as writer:
         await writer._put_journal_batch(
-            [{**EV, "content": "before"}], [RunSummary(thread_id="t", run_id="r0")]
+            [{**EV, "content": "before"}], [RunSummary(thread_id="t", run_id="r0").to_json_dict()]
         )
     assert run_python(KILLED_JOURNAL_WRITER, str(tmp_path)) == 9
     before = snapshot(tmp_path)

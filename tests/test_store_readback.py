@@ -158,7 +158,7 @@ async def test_run_summaries_read_back_with_their_key_order(store: RunEventStore
         RunSummary(thread_id=T, run_id="r1", token_usage_by_model=usage)
     )
     await store._put_journal_batch(
-        [], [RunSummary(thread_id=T, run_id="r2", error={"z": "1", "a": "2"})]
+        [], [RunSummary(thread_id=T, run_id="r2", error={"z": "1", "a": "2"}).to_json_dict()]
     )
     got = await store.get_run_summary(T, "r1")
     listed = await store.list_run_summaries(T)

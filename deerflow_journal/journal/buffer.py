@@ -53,7 +53,7 @@ __all__ = ["EventBuffer"]
 logger = logging.getLogger(__name__)
 
 
-SummaryBuilder = Callable[[], RunSummary]
+SummaryBuilder = Callable[[], dict[str, Any]]
 #: The most events one store write takes (a backlog goes out in batches of this size).
 _MAX_BATCH = 1000
 
@@ -543,7 +543,7 @@ class EventBuffer:
             await self.store.put_batch([_plain_event(event, dumps) for event in events])
             batch.events.clear()
         for summary in built:
-            await self.store.put_run_summary(summary)
+            await self.store.put_run_summary(RunSummary.model_validate(summary))
         return True
 
     def _unstorable(self, events: list[dict[str, Any]]) -> set[int]:

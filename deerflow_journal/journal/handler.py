@@ -259,9 +259,9 @@ class RunJournal(GraphCallbackHandler):
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""
 
-        def build() -> RunSummary:
+        def build() -> dict[str, Any]:
             with self._lock:
-                return state.summary()
+                return state.summary_json()
 
         self._writer.queue_summary(state, build)
 

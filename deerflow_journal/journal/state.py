@@ -164,21 +164,40 @@ class RunState:
             "first_human_message": self.first_human_message,
         }
 
-    def summary(self) -> RunSummary:
-        """Return the run's ``RunSummary`` as of now."""
+    def summary_fields(self) -> dict[str, Any]:
+        """The run's ``RunSummary`` fields as of now, in the model's field order."""
         data = self.completion_data()
         cost, cost_by_model = estimate_cost(data["token_usage_by_model"], self.started_at)
-        return RunSummary(
-            thread_id=self.thread_id or "",
-            run_id=self.run_id or "",
-            user_id=self.user_id,
-            status=self.status,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-            duration_ms=self.duration_ms,
-            error=self.error,
-            dropped_events=self.dropped_events,
-            estimated_cost_usd=cost,
-            estimated_cost_by_model=cost_by_model,
+        return {
+            "thread_id": self.thread_id or "",
+            "run_id": self.run_id or "",
+            "user_id": self.user_id,
+            "status": self.status,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "duration_ms": self.duration_ms,
+            "error": None if self.error is None else dict(self.error),
             **data,
-        )
+            "dropped_events": self.dropped_events,
+            "estimated_cost_usd": cost,
+            "estimated_cost_by_model": cost_by_model,
+        }
+
+    def summary(self) -> RunSummary:
+        """Return the run's ``RunSummary`` as of now."""
+        return RunSummary(**self.summary_fields())
+
+    def summary_json(self) -> dict[str, Any]:
+        """``summary().to_json_dict()``, without the model: the journal writes one per run,
+        and building and dumping a pydantic model costs more than the rest of it."""
+        fields = self.summary_fields()
+        fields["started_at"] = _json_time(self.started_at)
+        if self.ended_at is not None:
+            fields["ended_at"] = _json_time(self.ended_at)
+        return fields
+
+
+def _json_time(at: datetime) -> str:
+    """A UTC time as pydantic writes it in JSON: ISO 8601 ending in ``Z``."""
+    text = at.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text

@@ -729,7 +729,7 @@ class RunEventStore(ABC):
     async def _put_journal_batch(
         self,
         events: Sequence[Mapping[str, Any]],
-        summaries: Sequence[RunSummary],
+        summaries: Sequence[dict[str, Any]],
         default: Callable[[Any], Any] = str,
         batch_id: str | None = None,
     ) -> bool:
@@ -751,7 +751,7 @@ class RunEventStore(ABC):
             max_outputs_content=self.max_outputs_content,
             default=default,
         )
-        data = [_summary_data(summary) for summary in summaries]
+        data = [_checked_summary(summary) for summary in summaries]
         await self._ready()
         return not (await self._write(Write(pending, data, batch_id))).repeated
 
@@ -844,14 +844,19 @@ def _summary_data(summary: RunSummary) -> dict[str, Any]:
     """Check a summary, stamp the current user, and return the JSON dict backends store."""
     if not isinstance(summary, RunSummary):
         raise TypeError(f"summary must be a RunSummary, got {type(summary).__name__}")
-    if summary.user_id is None and current_user_id() is not None:
-        summary = summary.model_copy(update={"user_id": current_user_id()})
-    _check_thread(summary.thread_id)
-    _check_run(summary.run_id)
-    if summary.user_id is not None:
-        check_text(summary.user_id, "user_id")
+    return _checked_summary(summary.to_json_dict())
+
+
+def _checked_summary(data: dict[str, Any]) -> dict[str, Any]:
+    """A summary's JSON dict (``RunSummary.to_json_dict()``, ours to change) stamped with the
+    current user, its ids checked, normalised as events are."""
+    if data["user_id"] is None:
+        data["user_id"] = current_user_id()
+    _check_thread(data["thread_id"])
+    _check_run(data["run_id"])
+    if data["user_id"] is not None:
+        check_text(data["user_id"], "user_id")
     # The same JSON normalisation as events, so every backend stores the same text.
-    data = summary.to_json_dict()
     return data if _plain_json(data) else decode_json(encode_json(data))
 
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from uuid import uuid4
+
+import pytest
+
+from deerflow_journal import RunSummary
+from deerflow_journal.journal.state import RunState
 from deerflow_journal.journal.usage import TokenUsage, token_counts
 from tests.journal.agents import usage
 
@@ -105,3 +111,32 @@ def test_a_call_counted_later_counts_before_anything_after_it():
     assert tokens.add_call("c2", "lead_agent", "m", [token_counts(usage(5, 5))]) is False
     data = tokens.completion_data()
     assert (data["llm_call_count"], data["total_tokens"]) == (2, 2)
+
+
+def _run_state(status: str | None, *, whole_second: bool) -> RunState:
+    """A bound run with priced and unpriced usage, ended with ``status`` (None: running)."""
+    state = RunState()
+    state.bind(uuid4(), "run-1", "thread-1", sync=False, user_id="alice")
+    if whole_second:
+        state.started_at = state.started_at.replace(microsecond=0)
+    state.usage.add_call("c1", "lead_agent", "gpt-4o", [token_counts(usage(120, 18))])
+    state.usage.add_call_later("c2", "subagent:research", "mystery-model", usage(5, 5))
+    state.message_count, state.last_ai_message = 3, "It is sunny \x00 today."
+    if status is not None:
+        state.end(status, ValueError("boom") if status == "error" else None)  # type: ignore[arg-type]
+        if whole_second:
+            state.ended_at = state.ended_at.replace(microsecond=0)  # type: ignore[union-attr]
+    return state
+
+
+@pytest.mark.parametrize("status", [None, "success", "error", "interrupted"])
+@pytest.mark.parametrize("whole_second", [False, True])
+def test_the_summary_the_journal_writes_is_the_models_json(status: str | None, whole_second: bool):
+    # The journal builds the JSON of each run's summary without the pydantic model: it must
+    # be what the model writes, keys in the same order (stores keep the text).
+    state = _run_state(status, whole_second=whole_second)
+    written = state.summary_json()
+    expected = state.summary().to_json_dict()
+    assert written == expected
+    assert list(written) == list(expected)
+    assert RunSummary.model_validate(written) == state.summary()
