@@ -507,7 +507,14 @@ def _cut(
         return content_json, metadata
     if limit is None:
         return content_json, metadata
-    text = _clean_text(content) if isinstance(content, str) else content_json
+    if isinstance(content, str):
+        text = _clean_text(content)
+    elif content_json.startswith('"'):
+        # A value stored as a JSON string (an id, a path, bytes: ``str()`` of it) is cut as
+        # that string, as it is once read back and written again.
+        text = orjson.loads(content_json)
+    else:
+        text = content_json
     raw = text.encode()
     if len(raw) <= limit:
         return content_json, metadata

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from deerflow_journal import RunEventStore
+from deerflow_journal.journal import buffer
 from tests.backends import BACKENDS, Backend
 
 
@@ -37,3 +38,14 @@ async def store(backend: Backend) -> AsyncIterator[RunEventStore]:
     """A set-up store of the current backend, closed after the test."""
     async with backend.make() as opened:
         yield opened
+
+
+@pytest.fixture(autouse=True)
+def forget_stranded_journal_buffers() -> Iterator[None]:
+    """Forget the journal buffers a test left holding events its store never took (tests of
+    a store that is down leave some): at the end of the run they would be saved to files."""
+    before = set(buffer._STRANDED)
+    yield
+    for left in buffer._STRANDED - before:
+        left._spill.remove()
+        buffer._STRANDED.discard(left)

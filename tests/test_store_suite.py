@@ -9,6 +9,7 @@ import decimal
 import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -251,6 +252,22 @@ async def test_trace_object_content_over_the_limit_becomes_its_cut_json_text(bac
         (read,) = await store.list_events(T, "r1")
     assert read["content"] == '{"chain":"' + "c" * 10
     assert read["metadata"]["content_truncated"] is True
+
+
+@pytest.mark.parametrize(
+    "value",
+    [uuid.UUID(int=12345), Path("/home/user/notes\nfile.txt"), b"raw\nbytes and more"],
+    ids=["uuid", "path", "bytes"],
+)
+async def test_a_value_stored_as_a_json_string_is_cut_as_that_string(backend: Backend, value):
+    # Stored as its str(), it must be cut as that text, as it would be once read back and
+    # written again (a journal's spill file does that), not as its quoted, escaped JSON.
+    async with backend.make(max_trace_content=12) as store:
+        await store.put(**ev(event_type="llm.error", category="trace", content=value))
+        await store.put(**ev(event_type="llm.error", category="trace", content=str(value)))
+        as_value, as_text = await store.list_events(T, "r1")
+    assert (as_value["content"], as_value["metadata"]) == (as_text["content"], as_text["metadata"])
+    assert as_value["content"] == str(value).encode()[:12].decode()
 
 
 async def test_max_trace_content_none_keeps_large_trace_content_whole(backend: Backend):

@@ -21,6 +21,7 @@ events at a time, so a long backlog reaches the store in bounded batches.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
@@ -143,6 +144,18 @@ class _Write:
         return True
 
 
+#: Buffers holding events their store has not taken, after a failed write or a spill; held
+#: strongly, so that a journal dropped meanwhile still writes them when its loop closes, or
+#: saves them when the program exits.
+_STRANDED: set[EventBuffer] = set()
+
+
+@atexit.register
+def _save_at_exit() -> None:
+    for buffer in list(_STRANDED):
+        buffer.save_at_exit()
+
+
 # Per caller loop: the buffers that wrote on it, and the async generator that writes what
 # they hold before the loop closes (the generator is kept here: loops hold theirs weakly).
 _LOOP_GUARDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[EventBuffer]] = (
@@ -238,7 +251,7 @@ class EventBuffer:
         #: A batch whose write failed in a way that may have stored it (retried first, alone).
         self._unsure: _Batch | None = None
         #: Events after those in memory, once memory holds ``max_buffered``.
-        self._spill = SpillFile(self._held)
+        self._spill = SpillFile()
         #: Events the running write took from memory (they still take memory).
         self._taken = 0
         #: How many events ``_events`` may hold (the bound less those taken or to retry).
@@ -290,6 +303,7 @@ class EventBuffer:
         except Exception as exc:  # no store could encode it either: dropped by the next write
             self._unspillable.append((event, exc))
         if opening and self._spill.path is not None:
+            _STRANDED.add(self)
             logger.warning(
                 "journal holds %d events in memory, its bound, that its store has not taken "
                 "yet: the next ones go to %s until it does",
@@ -307,15 +321,6 @@ class EventBuffer:
         events are spilled: new ones go after them)."""
         held = self._memory_locked() - len(self._events)
         self._room = 0 if self._spill.count else self.max_buffered - held
-
-    def _held(self) -> int:
-        # Said at exit, where a daemon thread may hold the lock for good: then count racily.
-        locked = self._lock.acquire(timeout=1.0)
-        try:
-            return self._memory_locked()
-        finally:
-            if locked:
-                self._lock.release()
 
     def _waiting_locked(self) -> int:
         """Events waiting for a write to take them."""
@@ -615,10 +620,13 @@ class EventBuffer:
                 waiting = self._waiting_locked()
                 self._next_write_at = (waiting // self.threshold + 1) * self.threshold
                 unwritten = self._memory_locked() + self._spill.count
+                _STRANDED.add(self)
             else:
                 self._next_write_at = self.threshold
                 if self._write_all or self._spill.count or len(self._events) >= self.threshold:
                     self._start_locked(write.loop)
+                if self._write is None and not self._pending_locked():
+                    _STRANDED.discard(self)
         if error is not None:
             self._failures.failed(error, unwritten)
         elif not future.cancelled():
@@ -687,6 +695,46 @@ class EventBuffer:
     def _unwritten_locked(self) -> list[dict[str, Any]]:
         unsure = [] if self._unsure is None else self._unsure.events
         return unsure + self._events
+
+    def save_at_exit(self) -> None:
+        """Save every event not written to a file (those in memory first) and say at ERROR
+        where it is: the program exits."""
+        # A daemon thread may hold the lock for good at exit: then read racily.
+        locked = self._lock.acquire(timeout=1.0)
+        try:
+            unwritten = self._unwritten_locked()
+            spilled, in_flight, summaries = self._spill.count, self._taken, len(self._summaries)
+            try:
+                saved = self._spill.save(_timestamped(event) for event in unwritten)
+            except Exception as exc:  # the disk is full, say: what is lost is said
+                saved, error = None, exc
+            else:
+                error = None
+        finally:
+            if locked:
+                self._lock.release()
+        lost = f"; {summaries} run summaries are lost" if summaries else ""
+        if in_flight:
+            lost += f"; {in_flight} events were being written, and may not be stored"
+        if saved is not None:
+            path, count = saved
+            logger.error(
+                "journal exits with %d events its store did not take, kept in %s (one event a "
+                "line, as `store.put_batch` takes them)%s",
+                count,
+                path,
+                lost,
+            )
+        elif error is not None:
+            logger.error(
+                "journal exits with %d events its store did not take, lost: they could not be "
+                "saved (%r)%s",
+                len(unwritten) + spilled,
+                error,
+                lost,
+            )
+        elif lost:
+            logger.error("journal exits with its store not answering%s", lost)
 
     def _spilled_locked(self) -> str:
         """What the spill file holds, said after the events in memory (empty if nothing)."""

@@ -5,23 +5,22 @@ those go, in order, to one file of JSON lines in a directory of its own under th
 temporary directory, and are read back (oldest first) once the store answers. Each line is an
 event as ``put_batch`` takes it, encoded like every store write (``records.encode_json``, with
 LangChain messages as their ``model_dump()``), so it reads back as what the journal would have
-written. The directory is removed once every event is read back. A process that exits with
-events still spilled keeps the file and says where it is at ERROR; one killed before it could
-say so is reported by the next process that starts a journal.
+written. The directory is removed once every event is read back. Beside the file, the offset
+of the first line not read back yet is kept, so that a file a killed process left is cut down
+to the events it never took back, and reported so by the next process that starts a journal.
+A process that exits with events unwritten has its journal save them all (those in memory
+first) with ``SpillFile.save`` and say where at ERROR.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import inspect
 import logging
 import os
 import shutil
 import tempfile
 import threading
-import weakref
-from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,10 +34,7 @@ logger = logging.getLogger(__name__)
 #: How a spill directory's name starts; the owning process's id follows.
 SPILL_PREFIX = "deerflow-journal-spill-"
 _FILE_NAME = "events.jsonl"
-
-# Spill files holding events, reported at exit if they still do then (held strongly: a
-# journal dropped meanwhile still has its file reported).
-_HOLDING: set[SpillFile] = set()
+_OFFSET_NAME = "read-offset"  # bytes of the file read back, as decimal text
 _leftovers_checked = False
 _leftovers_lock = threading.Lock()
 
@@ -47,20 +43,9 @@ class SpillFile:
     """A first-in, first-out file of journal events, created on the first ``append``.
 
     Not thread-safe: its journal's buffer calls it under its own lock.
-
-    Args:
-        in_memory: How many more events the journal holds in memory (said at exit: those
-            are lost with the process); called without the buffer's lock.
     """
 
-    def __init__(self, in_memory: Callable[[], int] = lambda: 0) -> None:
-        # A method of the buffer that owns this file is held weakly (strongly it would keep a
-        # dropped journal alive), and strongly only while events are spilled, so that the exit
-        # report still counts what its owner held.
-        self._in_memory: Callable[[], Callable[[], int] | None] = (
-            weakref.WeakMethod(in_memory) if inspect.ismethod(in_memory) else lambda: in_memory
-        )
-        self._pinned: Callable[[], int] | None = None
+    def __init__(self) -> None:
         self._dir: Path | None = None
         self._writer: IO[bytes] | None = None
         self._reader: IO[bytes] | None = None
@@ -102,7 +87,44 @@ class SpillFile:
         self.count -= len(events)
         if not self.count:
             self.remove()
+        else:
+            self._note_offset()
         return events
+
+    def _note_offset(self) -> None:
+        """Keep where the unread lines start, for the file's report if the process dies."""
+        assert self._dir is not None and self._reader is not None
+        noted = self._dir / f"{_OFFSET_NAME}.new"
+        with contextlib.suppress(OSError):  # without it, the report says the whole file
+            noted.write_text(str(self._reader.tell()))
+            os.replace(noted, self._dir / _OFFSET_NAME)
+
+    def save(self, first: Iterable[dict[str, Any]]) -> tuple[Path, int] | None:
+        """Put ``first`` (events older than the spilled ones) ahead of the events not read back
+        yet, in a file that holds only those; return it and its event count (None: no events).
+
+        For a process that exits with events unwritten: the file outlives it.
+        """
+        lines = [encode_json(event, MessageEncoder()).encode() + b"\n" for event in first]
+        if not lines and not self.count:
+            return None
+        if self._writer is None:
+            self._open()
+        assert self._dir is not None and self._writer is not None and self._reader is not None
+        path = self._dir / _FILE_NAME
+        self._writer.flush()
+        saved = self._dir / f"{_FILE_NAME}.new"
+        with open(saved, "wb") as out:
+            out.writelines(lines)
+            shutil.copyfileobj(self._reader, out)
+        os.replace(saved, path)
+        count = len(lines) + self.count
+        self._close_handles()
+        with contextlib.suppress(OSError):
+            (self._dir / _OFFSET_NAME).unlink()
+        self._dir = self._writer = self._reader = None  # the file is the user's now
+        self.count = 0
+        return path, count
 
     def remove(self) -> None:
         """Delete the file and its directory, with whatever they hold."""
@@ -122,40 +144,12 @@ class SpillFile:
         self._close_handles()
         self._dir = self._writer = self._reader = None
         self.count = 0
-        _HOLDING.discard(self)
-        self._pinned = None
 
     def _open(self) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
         path = self._dir / _FILE_NAME
         self._writer = open(path, "xb")  # noqa: SIM115 - held open while events are spilled
         self._reader = open(path, "rb")  # noqa: SIM115
-        _HOLDING.add(self)
-        self._pinned = self._in_memory()
-
-    def report_at_exit(self) -> None:
-        """Keep the file for the user and say at ERROR where it is and what it holds."""
-        if not self.count or self._writer is None:
-            return
-        with contextlib.suppress(OSError):
-            self._writer.flush()
-        logger.error(
-            "journal exits with %d events its store did not take, kept in %s (one event a "
-            "line, as `store.put_batch` takes them), and %d more in memory, lost",
-            self.count,
-            self.path,
-            self._held_in_memory(),
-        )
-
-    def _held_in_memory(self) -> int:
-        counter = self._pinned or self._in_memory()
-        return 0 if counter is None else counter()
-
-
-@atexit.register
-def _report_at_exit() -> None:
-    for spill in list(_HOLDING):
-        spill.report_at_exit()
 
 
 def report_leftover_spills(directory: str | None = None, *, again: bool = False) -> list[Path]:
@@ -181,15 +175,30 @@ def report_leftover_spills(directory: str | None = None, *, again: bool = False)
                 continue
             found.append(path)
             logger.error(
-                "journal found events a process (pid %d) spilled and never wrote, kept in %s "
-                "(%d bytes; one event a line, as `store.put_batch` takes them): write them "
-                "with put_batch, then delete %s",
+                "journal found %d events a process (pid %d) spilled and never wrote, kept in %s "
+                "(one event a line, as `store.put_batch` takes them): write them with "
+                "put_batch, then delete %s",
+                _unread_only(entry),
                 pid,
                 path,
-                path.stat().st_size,
                 entry,
             )
     return found
+
+
+def _unread_only(directory: Path) -> int:
+    """Cut a left spill file down to the lines its process never read back; count them."""
+    path, noted = directory / _FILE_NAME, directory / _OFFSET_NAME
+    with contextlib.suppress(OSError, ValueError):
+        offset = int(noted.read_text())
+        kept = directory / f"{_FILE_NAME}.new"
+        with open(path, "rb") as source, open(kept, "wb") as out:
+            source.seek(offset)
+            shutil.copyfileobj(source, out)
+        os.replace(kept, path)
+        noted.unlink()
+    with open(path, "rb") as source:
+        return sum(1 for line in source if line.strip())
 
 
 def _owner(name: str) -> int | None:
