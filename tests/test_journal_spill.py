@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 from langchain_core.messages import AIMessage
+from langchain_core.runnables import RunnableLambda
 
 from deerflow_journal import RunJournal, SqliteRunEventStore
 from deerflow_journal.journal.spill import SPILL_PREFIX, SpillFile, report_leftover_spills
@@ -330,3 +331,52 @@ def test_a_journal_dropped_while_its_store_is_down_still_writes_its_events(tmp_p
             await store.close()
 
     assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+class FlappingStore(OutageStore):
+    """Fails the journal writes whose numbers are in ``fail``; notes each run whose success
+    summary it stored while the run's ``run.end`` was not."""
+
+    fail: set[int] = set()
+    early: list[str] = []
+    calls = 0
+
+    async def _put_journal_batch(
+        self, events: Any, summaries: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        self.calls += 1
+        if self.calls in self.fail:
+            raise ConnectionError("store unreachable")
+        written = await super()._put_journal_batch(events, summaries, *args, **kwargs)
+        for summary in summaries:
+            if summary["status"] == "success":
+                stored = await self.list_events(summary["thread_id"], summary["run_id"], limit=100)
+                if "run.end" not in [e["event_type"] for e in stored]:
+                    self.early.append(summary["run_id"])
+        return written
+
+
+async def test_a_runs_success_summary_is_never_stored_before_its_run_end(tmp_path: Path):
+    async with FlappingStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(event_store=store)
+
+        def step(_: Any) -> str:
+            for i in range(50):
+                journal.record_middleware("guard", name=str(i), hook="h", action="a", changes={})
+            return "done"
+
+        store.down = True
+        await RunnableLambda(step).ainvoke("x", {"callbacks": [journal]})
+        await asyncio.sleep(0.05)  # the first batch fails
+        store.down, store.fail, store.early = False, {store.calls + 2}, []
+        # The failed batch is retried first; the write after it (run.end among its events)
+        # fails once more: the store flaps.
+        with pytest.raises(ConnectionError):
+            await journal.flush()
+        await journal.flush()
+        assert journal.thread_id is not None and journal.run_id is not None
+        summary = await store.get_run_summary(journal.thread_id, journal.run_id)
+        events = await store.list_events(journal.thread_id, journal.run_id, limit=100)
+    assert not store.early
+    assert summary is not None and summary.status == "success"
+    assert len(events) == 52 and events[-1]["event_type"] == "run.end"

@@ -106,6 +106,9 @@ class _Batch:
     batch_id: str = field(default_factory=lambda: _new_batch_id())
     #: Whether a write of it was tried (its id then stands for these events: never split).
     sent: bool = False
+    #: The run summaries it carried, as built then: a retry carries the same, never newer
+    #: ones, which may tell of events in later batches (a run's success before its run.end).
+    summaries: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -454,7 +457,6 @@ class EventBuffer:
             taken = None if backlog else self._ticket
         for event, error in unspillable:
             self._dropped([event], error)
-        retry = queue[0] if len(queue) > 1 else None
         summaries_written = False
         while queue:
             batch = queue.popleft()
@@ -462,10 +464,10 @@ class EventBuffer:
                 queue.appendleft(_Batch(batch.events[_MAX_BATCH:]))
                 batch.events = batch.events[:_MAX_BATCH]
             last = not queue
-            # The summaries go with the last events, and with a retried batch as before (a
-            # refused summary writes nothing of its batch); an upsert may repeat.
-            carried = summaries if last or batch is retry else []
-            if not batch.events and (not carried or summaries_written):
+            # The summaries go with the last events; a retried batch carries what it carried
+            # before (a refused summary writes nothing of its batch); an upsert may repeat.
+            carried = summaries if last and not batch.sent else []
+            if not batch.events and not batch.summaries and (not carried or summaries_written):
                 continue
             batch.sent = True
             try:
@@ -537,7 +539,9 @@ class EventBuffer:
         does. There, events a ``put_batch`` took leave the batch, so a failing summary is
         retried alone.
         """
-        built = [build() for _, build in summaries]
+        if batch.summaries is None:
+            batch.summaries = [build() for _, build in summaries]
+        built = batch.summaries
         if self._journal_batches:  # which turns our time.time() floats into timestamps
             return await self.store._put_journal_batch(
                 batch.events, built, MessageEncoder(), batch.batch_id
