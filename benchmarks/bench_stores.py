@@ -392,9 +392,8 @@ async def fill_threads(store: RunEventStore, count: int) -> None:
                     }
                 )
             status = "error" if i % 10 == 0 else "success"
-            summaries.append(
-                RunSummary(thread_id=thread, run_id="run-1", status=status, started_at=when)
-            )
+            summary = RunSummary(thread_id=thread, run_id="run-1", status=status, started_at=when)
+            summaries.append(summary.to_json_dict())
         await store._put_journal_batch(events, summaries)
 
 
