@@ -333,32 +333,6 @@ def test_a_journal_dropped_while_its_store_is_down_still_writes_its_events(tmp_p
     assert asyncio.run(read()) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
 
 
-async def test_a_journal_dropped_while_its_store_was_down_writes_once_another_journal_does(
-    tmp_path: Path, caplog
-):
-    # A server's next request, not the end of its loop, is what finds the store back.
-    async with OutageStore(tmp_path / "journal.db") as store:
-
-        async def request(thread: str) -> str | None:
-            journal = RunJournal(event_store=store)
-            graph = agent_graph(scripted(ai("ok")))
-            config = {"callbacks": [journal], "configurable": {"thread_id": thread}}
-            await graph.ainvoke(QUESTION, config)
-            await asyncio.sleep(0.05)  # its background write is done, or failed
-            return journal.run_id
-
-        with caplog.at_level(logging.ERROR):  # see the test above
-            store.down = True
-            dropped = await request("t1")
-            gc.collect()
-            store.down = False
-            await request("t2")
-            await asyncio.sleep(0.05)
-        assert dropped is not None
-        types = [e["event_type"] for e in await store.list_events("t1", dropped)]
-    assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
-
-
 class FlappingStore(OutageStore):
     """Fails the journal writes whose numbers are in ``fail``; notes each run whose success
     summary it stored while the run's ``run.end`` was not."""

@@ -269,9 +269,6 @@ class EventBuffer:
         self._write: _Write | None = None
         #: The loop whose guard knows this buffer (the latest one), weakly.
         self._guarded: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        #: The loop of the latest write, if it failed: another buffer's write that works there
-        #: retries this one's (its journal may be gone, and would never write again).
-        self._failed_on: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._failures = _FailedWrites()
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
@@ -628,10 +625,8 @@ class EventBuffer:
                 self._next_write_at = (waiting // self.threshold + 1) * self.threshold
                 unwritten = self._memory_locked() + self._spill.count
                 _STRANDED.add(self)
-                self._failed_on = weakref.ref(write.loop)
             else:
                 self._next_write_at = self.threshold
-                self._failed_on = None
                 if self._write_all or self._spill.count or len(self._events) >= self.threshold:
                     self._start_locked(write.loop)
                 if self._write is None and not self._pending_locked():
@@ -640,17 +635,6 @@ class EventBuffer:
             self._failures.failed(error, unwritten)
         elif not future.cancelled():
             self._failures.succeeded()
-            # The store answers again: the other buffers whose writes to it failed on this
-            # loop write too (their fields read without their lock: write_pending checks).
-            for other in list(_STRANDED):
-                failed_on = other._failed_on
-                if (
-                    other is not self
-                    and other.store is self.store
-                    and failed_on is not None
-                    and failed_on() is write.loop
-                ):
-                    other.write_pending(write.loop)
 
     # -- waiting -----------------------------------------------------------------------------
 
