@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -9,6 +13,14 @@ import pytest
 from deerflow_journal import RunEventStore
 from deerflow_journal.journal import buffer
 from tests.backends import BACKENDS, Backend
+
+# The test run's own temporary directory, for it and the programs it starts: what other
+# programs left in the system's (a journal's spill file, which every journal reports at ERROR
+# once per process) must not change what a test sees.
+_TMP = tempfile.mkdtemp(prefix="deerflow-journal-tests-")
+os.environ["TMPDIR"] = _TMP
+tempfile.tempdir = None  # read TMPDIR again
+atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
 
 
 @pytest.fixture(params=[pytest.param(b.name, marks=b.marks) for b in BACKENDS])
