@@ -27,6 +27,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 
 from deerflow_journal import RunJournal, SqliteRunEventStore
+from deerflow_journal.journal import spill as spill_module
 from deerflow_journal.journal.spill import SPILL_PREFIX, SpillFile, report_leftover_spills
 from tests.journal.agents import QUESTION, agent_graph, ai, scripted
 
@@ -241,10 +242,10 @@ async def test_a_process_that_exits_with_events_spilled_says_where_they_are(tmp_
     assert path.parent.name.startswith(SPILL_PREFIX) and path.parent.parent == tmp_path
     (said,) = [line for line in done.stderr.splitlines() if "journal exits with" in line]
     lines = path.read_text().splitlines()
-    assert said.endswith(
+    assert (
         f"50 events its store did not take, kept in {path} (one event a line, "
         "as `store.put_batch` takes them)"
-    )
+    ) in said
     # Each line is an event as put_batch takes it, those held in memory (the bound, 10) first:
     # the user can write them all.
     async with SqliteRunEventStore(tmp_path / "recovered.db") as store:
@@ -380,3 +381,167 @@ async def test_a_runs_success_summary_is_never_stored_before_its_run_end(tmp_pat
     assert not store.early
     assert summary is not None and summary.status == "success"
     assert len(events) == 52 and events[-1]["event_type"] == "run.end"
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(done.stdout)
+
+
+def left_spill(tmp_path: Path, total: int, read: int) -> Path:
+    """A spill directory as a process killed after reading ``read`` of ``total`` events back
+    leaves it."""
+    spill = SpillFile()
+    for n in range(total):
+        spill.append({"n": n})
+    assert len(spill.read(read)) == read
+    assert spill.path is not None
+    own = spill.path.parent
+    spill._close_handles()
+    left = tmp_path / f"{SPILL_PREFIX}{dead_pid()}-x"
+    os.rename(own, left)
+    return left
+
+
+def kept(left: Path) -> list[int]:
+    return [orjson.loads(line)["n"] for line in (left / "events.jsonl").read_text().splitlines()]
+
+
+def test_two_processes_reporting_one_left_spill_file_cut_it_once(tmp_path: Path, monkeypatch):
+    # Two workers of one server start together, and each reports the dead process's file.
+    left = left_spill(tmp_path, total=10, read=4)
+    replace, interleaved = os.replace, []
+
+    def replace_then_report(src: Any, dst: Any) -> None:
+        replace(src, dst)
+        if not interleaved:
+            interleaved.append(True)
+            spill_module._unread_only(left)  # the other worker's report
+
+    monkeypatch.setattr(spill_module.os, "replace", replace_then_report)
+    report_leftover_spills(str(tmp_path), again=True)
+    assert kept(left) == [4, 5, 6, 7, 8, 9]
+
+
+def test_a_reporter_killed_after_cutting_a_left_file_leaves_it_cut_once(tmp_path, monkeypatch):
+    left = left_spill(tmp_path, total=10, read=4)
+    replace = os.replace
+
+    def replace_then_die(src: Any, dst: Any) -> None:
+        replace(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spill_module.os, "replace", replace_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        report_leftover_spills(str(tmp_path), again=True)
+    monkeypatch.setattr(spill_module.os, "replace", replace)
+    report_leftover_spills(str(tmp_path), again=True)  # the next process
+    assert kept(left) == [4, 5, 6, 7, 8, 9]
+
+
+def test_a_process_killed_while_saving_at_exit_loses_nothing(tmp_path: Path, monkeypatch):
+    spill = SpillFile()
+    for n in range(4, 10):
+        spill.append({"n": n})
+    assert len(spill.read(2)) == 2  # 4, 5 back in memory, the offset noted
+    assert spill.path is not None
+    own, replace = spill.path.parent, os.replace
+
+    def replace_then_die(src: Any, dst: Any) -> None:
+        replace(src, dst)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(spill_module.os, "replace", replace_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        spill.save([{"n": n} for n in range(6)])  # memory first: 0..5
+    monkeypatch.setattr(spill_module.os, "replace", replace)
+    spill._close_handles()
+    left = tmp_path / f"{SPILL_PREFIX}{dead_pid()}-x"
+    os.rename(own, left)
+    report_leftover_spills(str(tmp_path), again=True)
+    assert kept(left) == list(range(10))
+
+
+async def stranded(tmp_path: Path, store: OutageStore, bad: bool = False) -> RunJournal:
+    """A journal whose writes failed on ``store``, holding events 0..9 (and one that cannot
+    be encoded, with ``bad``)."""
+    journal = RunJournal(run_id="r", thread_id="t", event_store=store, flush_threshold=5)
+    store.down = True
+    for i in range(10):
+        journal.record_middleware("guard", name=str(i), hook="h", action="a", changes={})
+    if bad:  # two keys that encode alike: no store can take it
+        journal.record_middleware("guard", name="x", hook="h", action="a", changes={1: 1, "1": 2})
+    await asyncio.sleep(0.05)  # the background writes fail
+    return journal
+
+
+def saved_file(caplog: pytest.LogCaptureFixture) -> tuple[Path, str]:
+    (said,) = [r.getMessage() for r in caplog.records if "journal exits with" in r.getMessage()]
+    return Path(said.split(" kept in ")[1].split(" (one event")[0]), said
+
+
+async def test_events_saved_at_exit_are_not_written_again_by_a_later_write(tmp_path, caplog):
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = await stranded(tmp_path, store)
+        with caplog.at_level(logging.ERROR):
+            journal._writer.buffer.save_at_exit()
+        path, _ = saved_file(caplog)
+        store.down = False
+        await journal.flush()  # what a daemon loop still running could do
+    names = await recovered(tmp_path / "journal.db", path.read_text().splitlines())
+    assert names == [str(i) for i in range(10)]
+
+
+async def test_an_event_that_cannot_be_encoded_is_the_only_one_lost_at_exit(tmp_path, caplog):
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = await stranded(tmp_path, store, bad=True)
+        with caplog.at_level(logging.ERROR):
+            journal._writer.buffer.save_at_exit()
+    path, said = saved_file(caplog)
+    assert "10 events its store did not take" in said and "1 could not be encoded" in said
+    names = await recovered(tmp_path / "journal.db", path.read_text().splitlines())
+    assert names == [str(i) for i in range(10)]
+
+
+LOST_ANSWER_PROCESS = """
+    import asyncio, sys
+    from tests.test_journal_spill import OutageStore, record
+    from deerflow_journal import RunJournal
+
+    class LostAnswerStore(OutageStore):
+        # It commits the first batch, then the connection drops before the answer, and the
+        # store stays unreachable until the process exits.
+        async def _put_journal_batch(self, *args, **kwargs):
+            if not self.down:
+                await super()._put_journal_batch(*args, **kwargs)
+                self.down = True
+            raise ConnectionError("store unreachable")
+
+    async def main():
+        store = LostAnswerStore(sys.argv[1])
+        await store.setup()
+        journal = RunJournal(run_id="r", thread_id="t", event_store=store)
+        await record(journal, 0, 50)
+        try:
+            await journal.flush()
+        except ConnectionError:
+            pass
+        print(len(await store.list_events("t", "r", limit=100)), flush=True)
+
+    asyncio.run(main())
+"""
+
+
+async def test_events_saved_at_exit_that_may_be_stored_already_are_said_so(tmp_path: Path):
+    db = tmp_path / "journal.db"
+    done = run_script(LOST_ANSWER_PROCESS, tmp_path, str(db))
+    assert done.returncode == 0, done.stderr
+    stored = int(done.stdout)
+    (said,) = [line for line in done.stderr.splitlines() if "journal exits with" in line]
+    assert stored > 0 and f"the first {stored} were in a write that failed" in said
+    path = Path(said.split(" kept in ")[1].split(" (one event")[0])
+    lines = path.read_text().splitlines()
+    assert await recovered(db, lines[stored:]) == [str(i) for i in range(50)]

@@ -30,7 +30,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,6 +273,8 @@ class EventBuffer:
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
         self._close_when_empty = False
+        #: Set once the program's exit saved what was unwritten to a file: nothing writes then.
+        self._saved = False
         # Every event and summary queued takes the next ticket; a write takes all that is
         # pending, so once it is stored, every ticket up to the last it took is written.
         self._ticket = 0
@@ -361,7 +363,7 @@ class EventBuffer:
     def _start_locked(self, loop: asyncio.AbstractEventLoop) -> _Write | None:
         if self._write is not None and self._write.is_dead():
             self._write = None
-        if self._write is not None or not self._pending_locked():
+        if self._write is not None or self._saved or not self._pending_locked():
             return None
         coro = self._job()
         try:
@@ -474,7 +476,7 @@ class EventBuffer:
                 written = await self._send(batch, carried)
                 summaries_written = summaries_written or (written and bool(carried))
             except BaseException as exc:
-                instead = self._refused(batch, carried, exc)
+                instead = self._refused(batch, carried or batch.summaries or [], exc)
                 if instead is None:
                     # A write that failed, or was cancelled with its loop, may or may not
                     # have reached the store: it is retried first, under its id.
@@ -496,10 +498,7 @@ class EventBuffer:
                     self._written_ticket = max(self._written_ticket, taken)
 
     def _refused(
-        self,
-        batch: _Batch,
-        summaries: list[tuple[tuple[str, str], SummaryBuilder]],
-        error: BaseException,
+        self, batch: _Batch, summaries: Sequence[object], error: BaseException
     ) -> list[_Batch] | None:
         """What to write instead of ``batch`` if ``error`` says its store refused it (nothing
         of it is stored then); ``None`` for any other failure.
@@ -701,44 +700,56 @@ class EventBuffer:
         return unsure + self._events
 
     def save_at_exit(self) -> None:
-        """Save every event not written to a file (those in memory first) and say at ERROR
-        where it is: the program exits."""
+        """Save every event not written to a file (those in memory first), say at ERROR where
+        it is, and write nothing more: the program exits."""
         # A daemon thread may hold the lock for good at exit: then read racily.
         locked = self._lock.acquire(timeout=1.0)
         try:
-            unwritten = self._unwritten_locked()
-            spilled, in_flight, summaries = self._spill.count, self._taken, len(self._summaries)
+            unsure = [] if self._unsure is None else self._unsure.events
+            unwritten = unsure + self._events
+            in_flight, summaries = self._taken, len(self._summaries)
             try:
                 saved = self._spill.save(_timestamped(event) for event in unwritten)
             except Exception as exc:  # the disk is full, say: what is lost is said
-                saved, error = None, exc
+                saved, error, spilled = None, exc, self._spilled_locked()
             else:
-                error = None
+                error, spilled = None, ""
+                # Saved: a write the loop may still start must not store them twice.
+                self._saved, self._unsure, self._events = True, None, []
         finally:
             if locked:
                 self._lock.release()
-        lost = f"; {summaries} run summaries are lost" if summaries else ""
+        notes = []
+        if unsure:
+            notes.append(
+                f"the first {len(unsure)} were in a write that failed, which may have stored them"
+            )
         if in_flight:
-            lost += f"; {in_flight} events were being written, and may not be stored"
+            notes.append(f"{in_flight} more were being written, and may not be stored")
+        if summaries:
+            notes.append(f"{summaries} run summaries are lost")
         if saved is not None:
-            path, count = saved
+            path, count, failed = saved
+            if failed:
+                notes.append(f"{len(failed)} could not be encoded, lost: {failed[0][1]!r}")
             logger.error(
                 "journal exits with %d events its store did not take, kept in %s (one event a "
                 "line, as `store.put_batch` takes them)%s",
                 count,
                 path,
-                lost,
+                "".join(f"; {note}" for note in notes),
             )
         elif error is not None:
             logger.error(
-                "journal exits with %d events its store did not take, lost: they could not be "
-                "saved (%r)%s",
-                len(unwritten) + spilled,
+                "journal exits with %d events its store did not take in memory, lost: they "
+                "could not be saved (%r)%s%s",
+                len(unwritten),
                 error,
-                lost,
+                spilled,
+                "".join(f"; {note}" for note in notes),
             )
-        elif lost:
-            logger.error("journal exits with its store not answering%s", lost)
+        elif notes:
+            logger.error("journal exits with its store not answering: %s", "; ".join(notes))
 
     def _spilled_locked(self) -> str:
         """What the spill file holds, said after the events in memory (empty if nothing)."""

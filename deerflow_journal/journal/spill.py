@@ -99,13 +99,21 @@ class SpillFile:
             noted.write_text(str(self._reader.tell()))
             os.replace(noted, self._dir / _OFFSET_NAME)
 
-    def save(self, first: Iterable[dict[str, Any]]) -> tuple[Path, int] | None:
+    def save(
+        self, first: Iterable[dict[str, Any]]
+    ) -> tuple[Path, int, list[tuple[dict[str, Any], Exception]]] | None:
         """Put ``first`` (events older than the spilled ones) ahead of the events not read back
-        yet, in a file that holds only those; return it and its event count (None: no events).
+        yet, in a file that holds only those; return it, its event count and the events of
+        ``first`` that could not be encoded, with why (None: no events to save).
 
         For a process that exits with events unwritten: the file outlives it.
         """
-        lines = [encode_json(event, MessageEncoder()).encode() + b"\n" for event in first]
+        lines, failed = [], []
+        for event in first:
+            try:
+                lines.append(encode_json(event, MessageEncoder()).encode() + b"\n")
+            except Exception as exc:  # no store could take it either
+                failed.append((event, exc))
         if not lines and not self.count:
             return None
         if self._writer is None:
@@ -113,6 +121,10 @@ class SpillFile:
         assert self._dir is not None and self._writer is not None and self._reader is not None
         path = self._dir / _FILE_NAME
         self._writer.flush()
+        # The offset goes first: a crash before the file is replaced keeps the whole old file
+        # (read-back lines twice, none lost), never an offset that would cut the new one.
+        with contextlib.suppress(FileNotFoundError):
+            (self._dir / _OFFSET_NAME).unlink()
         saved = self._dir / f"{_FILE_NAME}.new"
         with open(saved, "wb") as out:
             out.writelines(lines)
@@ -120,11 +132,9 @@ class SpillFile:
         os.replace(saved, path)
         count = len(lines) + self.count
         self._close_handles()
-        with contextlib.suppress(OSError):
-            (self._dir / _OFFSET_NAME).unlink()
         self._dir = self._writer = self._reader = None  # the file is the user's now
         self.count = 0
-        return path, count
+        return path, count, failed
 
     def remove(self) -> None:
         """Delete the file and its directory, with whatever they hold."""
@@ -188,17 +198,25 @@ def report_leftover_spills(directory: str | None = None, *, again: bool = False)
 
 def _unread_only(directory: Path) -> int:
     """Cut a left spill file down to the lines its process never read back; count them."""
-    path, noted = directory / _FILE_NAME, directory / _OFFSET_NAME
+    path = directory / _FILE_NAME
+    # Claimed by renaming it, so that one reporter alone cuts the file, once: another one
+    # finds no offset, and one killed after the cut leaves none to cut the file again.
+    claimed = directory / f"{_OFFSET_NAME}.{os.getpid()}"
     with contextlib.suppress(OSError, ValueError):
-        offset = int(noted.read_text())
-        kept = directory / f"{_FILE_NAME}.new"
+        os.rename(directory / _OFFSET_NAME, claimed)
+        offset = int(claimed.read_text())
+        kept = directory / f"{_FILE_NAME}.{os.getpid()}"
         with open(path, "rb") as source, open(kept, "wb") as out:
             source.seek(offset)
             shutil.copyfileobj(source, out)
         os.replace(kept, path)
-        noted.unlink()
-    with open(path, "rb") as source:
-        return sum(1 for line in source if line.strip())
+    with contextlib.suppress(OSError):
+        claimed.unlink()
+    try:
+        with open(path, "rb") as source:
+            return sum(1 for line in source if line.strip())
+    except OSError:  # gone meanwhile: another reporter's user wrote it back, say
+        return 0
 
 
 def _owner(name: str) -> int | None:
