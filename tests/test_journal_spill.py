@@ -351,7 +351,9 @@ class FlappingStore(OutageStore):
         written = await super()._put_journal_batch(events, summaries, *args, **kwargs)
         for summary in summaries:
             if summary["status"] == "success":
-                stored = await self.list_events(summary["thread_id"], summary["run_id"], limit=100)
+                stored = await self.list_events(
+                    summary["thread_id"], summary["run_id"], limit=10_000
+                )
                 if "run.end" not in [e["event_type"] for e in stored]:
                     self.early.append(summary["run_id"])
         return written
@@ -545,3 +547,58 @@ async def test_events_saved_at_exit_that_may_be_stored_already_are_said_so(tmp_p
     path = Path(said.split(" kept in ")[1].split(" (one event")[0])
     lines = path.read_text().splitlines()
     assert await recovered(db, lines[stored:]) == [str(i) for i in range(50)]
+
+
+class GatedStore(FlappingStore):
+    """Its write number ``hold`` waits inside the store until ``gate`` is set."""
+
+    hold: int | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail, self.early, self.calls = set(), [], 0
+        self.held, self.gate = asyncio.Event(), asyncio.Event()
+
+    async def _put_journal_batch(self, *args: Any, **kwargs: Any) -> bool:
+        if self.hold is not None and self.calls + 1 == self.hold and not self.down:
+            self.held.set()
+            await self.gate.wait()
+        return await super()._put_journal_batch(*args, **kwargs)
+
+
+@pytest.mark.parametrize("outage", [True, False], ids=["a-retry", "a-long-batch"])
+async def test_a_run_ending_while_a_write_is_in_flight_is_not_summed_up_ahead_of_it(
+    tmp_path: Path, outage: bool
+):
+    # The write in flight is a retry after an outage, or the first 1,000 events of a long
+    # batch: the run ends meanwhile, and its run.end waits for the next part or write.
+    async with GatedStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(event_store=store, flush_threshold=5000)
+        midway, finish = asyncio.Event(), asyncio.Event()
+
+        async def step(_: Any) -> str:
+            for i in range(50 if outage else 1500):
+                journal.record_middleware("guard", name=str(i), hook="h", action="a", changes={})
+            midway.set()
+            await finish.wait()
+            return "done"
+
+        run = asyncio.create_task(RunnableLambda(step).ainvoke("x", {"callbacks": [journal]}))
+        await midway.wait()
+        if outage:
+            store.down = True
+            with pytest.raises(ConnectionError):
+                await journal.flush()
+            store.down = False
+        store.hold = store.calls + 1
+        flushing = asyncio.create_task(journal.flush())
+        await store.held.wait()
+        finish.set()
+        await run  # the run ends while the write waits inside the store
+        store.gate.set()
+        await flushing
+        await journal.flush()
+        assert journal.thread_id is not None and journal.run_id is not None
+        events = await store.list_events(journal.thread_id, journal.run_id, limit=2000)
+    assert events[-1]["event_type"] == "run.end"
+    assert not store.early

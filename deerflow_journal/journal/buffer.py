@@ -55,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 
 SummaryBuilder = Callable[[], dict[str, Any]]
+#: A run summary a write takes: its run's key, its builder and what that built.
+_Summary = tuple[tuple[str, str], SummaryBuilder, dict[str, Any]]
 #: The most events one store write takes (a backlog goes out in batches of this size).
 _MAX_BATCH = 1000
 
@@ -427,6 +429,13 @@ class EventBuffer:
     # -- writing -----------------------------------------------------------------------------
 
     async def _job(self) -> None:
+        # The summaries are built before the events are taken, so that none tells of an event
+        # this write does not carry (a run's success, before the batch holding its run.end).
+        # Builders take the journal's lock, which is taken before ours: built without ours.
+        with self._lock:
+            building = [] if self._spill.count else list(self._summaries.items())
+            built_ticket = self._ticket
+        built = [(key, build, build()) for key, build in building]
         with self._lock:
             # A batch that may have been stored goes first, under its id (a store that took
             # it skips it), then what is pending.
@@ -450,13 +459,19 @@ class EventBuffer:
             if unspillable:
                 self._unspillable = []
             # While events are spilled, the summaries (and closing the store) wait for them.
-            summaries = [] if backlog else list(self._summaries.items())
-            close_after = self._close_when_empty and not backlog
+            # A summary queued again since it was built waits for the next write.
+            summaries: list[_Summary] = []
             if not backlog:
-                self._summaries.clear()
+                pending = self._summaries
+                summaries = [item for item in built if pending.get(item[0]) is item[1]]
+                for key, _, _ in summaries:
+                    del pending[key]
+            everything = not backlog and not self._summaries
+            close_after = self._close_when_empty and everything
+            if everything:
                 self._close_when_empty = False
                 self._write_all = False  # this write takes everything write_pending asked for
-            taken = None if backlog else self._ticket
+            taken = None if backlog else self._ticket if everything else built_ticket
         for event, error in unspillable:
             self._dropped([event], error)
         summaries_written = False
@@ -528,9 +543,7 @@ class EventBuffer:
             )
         return []
 
-    async def _send(
-        self, batch: _Batch, summaries: list[tuple[tuple[str, str], SummaryBuilder]]
-    ) -> bool:
+    async def _send(self, batch: _Batch, summaries: list[_Summary]) -> bool:
         """Write the batch's events and then the summaries; False if the store had them.
 
         Our own stores take both in one transaction under the batch's id, unless a subclass
@@ -539,7 +552,7 @@ class EventBuffer:
         retried alone.
         """
         if batch.summaries is None:
-            batch.summaries = [build() for _, build in summaries]
+            batch.summaries = [data for _, _, data in summaries]
         built = batch.summaries
         if self._journal_batches:  # which turns our time.time() floats into timestamps
             return await self.store._put_journal_batch(
@@ -591,7 +604,7 @@ class EventBuffer:
         self,
         batch: _Batch,
         later: Iterable[_Batch],
-        summaries: list[tuple[tuple[str, str], SummaryBuilder]],
+        summaries: list[_Summary],
         close_after: bool,
     ) -> None:
         with self._lock:
@@ -608,7 +621,7 @@ class EventBuffer:
                 self._unsure = batch
             self._set_room_locked()
             newer = self._summaries
-            self._summaries = dict(summaries)
+            self._summaries = {key: build for key, build, _ in summaries}
             self._summaries.update(newer)
             self._close_when_empty = self._close_when_empty or close_after
 
