@@ -18,6 +18,7 @@ from tests.backends import BACKENDS, Backend
 # programs left in the system's (a journal's spill file, which every journal reports at ERROR
 # once per process) must not change what a test sees.
 _TMP = tempfile.mkdtemp(prefix="deerflow-journal-tests-")
+os.chmod(_TMP, 0o1777)  # as /tmp is: tests run servers and readers as other users
 os.environ["TMPDIR"] = _TMP
 tempfile.tempdir = None  # read TMPDIR again
 atexit.register(shutil.rmtree, _TMP, ignore_errors=True)
