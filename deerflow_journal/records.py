@@ -507,14 +507,9 @@ def _cut(
         return content_json, metadata
     if limit is None:
         return content_json, metadata
-    if isinstance(content, str):
-        text = _clean_text(content)
-    elif content_json.startswith('"'):
-        # A value stored as a JSON string (an id, a path, bytes: ``str()`` of it) is cut as
-        # that string, as it is once read back and written again.
-        text = orjson.loads(content_json)
-    else:
-        text = content_json
+    # Content stored as a JSON string (text, or an id, a path, bytes as their ``str()``) is
+    # cut as that string, cleaned as stored, as it is once read back and written again.
+    text = decode_json(content_json) if content_json.startswith('"') else content_json
     raw = text.encode()
     if len(raw) <= limit:
         return content_json, metadata

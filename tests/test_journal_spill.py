@@ -338,9 +338,11 @@ class FlappingStore(OutageStore):
     """Fails the journal writes whose numbers are in ``fail``; notes each run whose success
     summary it stored while the run's ``run.end`` was not."""
 
-    fail: set[int] = set()
-    early: list[str] = []
-    calls = 0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail: set[int] = set()  # numbers of the writes to fail
+        self.early: list[str] = []
+        self.calls = 0
 
     async def _put_journal_batch(
         self, events: Any, summaries: Any, *args: Any, **kwargs: Any
@@ -371,7 +373,7 @@ async def test_a_runs_success_summary_is_never_stored_before_its_run_end(tmp_pat
         store.down = True
         await RunnableLambda(step).ainvoke("x", {"callbacks": [journal]})
         await asyncio.sleep(0.05)  # the first batch fails
-        store.down, store.fail, store.early = False, {store.calls + 2}, []
+        store.down, store.fail = False, {store.calls + 2}
         # The failed batch is retried first; the write after it (run.end among its events)
         # fails once more: the store flaps.
         with pytest.raises(ConnectionError):
@@ -556,7 +558,6 @@ class GatedStore(FlappingStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fail, self.early, self.calls = set(), [], 0
         self.held, self.gate = asyncio.Event(), asyncio.Event()
 
     async def _put_journal_batch(self, *args: Any, **kwargs: Any) -> bool:

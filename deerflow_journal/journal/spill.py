@@ -59,7 +59,7 @@ class SpillFile:
 
     def append(self, event: dict[str, Any]) -> None:
         """Add ``event`` at the end; raise what encoding it raises (it could not be stored)."""
-        line = encode_json(event, MessageEncoder()).encode() + b"\n"
+        line = _line(event)
         if self._writer is None:
             self._open()
         assert self._writer is not None
@@ -111,7 +111,7 @@ class SpillFile:
         lines, failed = [], []
         for event in first:
             try:
-                lines.append(encode_json(event, MessageEncoder()).encode() + b"\n")
+                lines.append(_line(event))
             except Exception as exc:  # no store could take it either
                 failed.append((event, exc))
         if not lines and not self.count:
@@ -160,6 +160,11 @@ class SpillFile:
         path = self._dir / _FILE_NAME
         self._writer = open(path, "xb")  # noqa: SIM115 - held open while events are spilled
         self._reader = open(path, "rb")  # noqa: SIM115
+
+
+def _line(event: dict[str, Any]) -> bytes:
+    """An event's line in a spill file: encoded as every store write encodes it."""
+    return encode_json(event, MessageEncoder()).encode() + b"\n"
 
 
 def report_leftover_spills(directory: str | None = None, *, again: bool = False) -> list[Path]:
