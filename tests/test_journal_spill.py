@@ -266,6 +266,36 @@ async def test_a_spill_file_left_by_a_killed_process_is_reported(tmp_path: Path,
     assert said.levelno == logging.ERROR and "never wrote" in said.getMessage()
 
 
+async def test_a_left_spill_file_is_reported_though_its_process_id_is_in_use_again(
+    tmp_path: Path, caplog
+):
+    # A container's main process has the same id after every restart: the id of the process
+    # that left the file is then this process's own.
+    done = run_script(SPILLING_PROCESS, tmp_path, str(tmp_path / "journal.db"), "kill")
+    assert done.returncode != 0
+    path = Path(done.stdout.strip())
+    reused = tmp_path / f"{SPILL_PREFIX}{os.getpid()}-left"
+    os.rename(path.parent, reused)
+    with caplog.at_level(logging.ERROR):
+        found = report_leftover_spills(str(tmp_path), again=True)
+    assert found == [reused / path.name]
+    assert f"events a process (pid {os.getpid()}) spilled and never wrote" in caplog.text
+
+
+def test_a_spill_file_still_in_use_is_not_reported_whatever_its_process_id(tmp_path: Path):
+    spill = SpillFile()
+    spill.append({"n": 1})
+    assert spill.path is not None
+    moved = tmp_path / f"{SPILL_PREFIX}{dead_pid()}-x"  # named after a process that ended
+    os.rename(spill.path.parent, moved)
+    try:
+        assert report_leftover_spills(str(tmp_path), again=True) == []
+        spill._close_handles()  # as its process ending would
+        assert report_leftover_spills(str(tmp_path), again=True) == [moved / "events.jsonl"]
+    finally:
+        shutil.rmtree(moved)
+
+
 async def recovered(db: Path, lines: list[str]) -> list[str]:
     """The names of the events a journal stored in ``db`` once ``lines`` are written too."""
     async with SqliteRunEventStore(db) as store:

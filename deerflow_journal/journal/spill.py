@@ -8,6 +8,9 @@ LangChain messages as their ``model_dump()``), so it reads back as what the jour
 written. The directory is removed once every event is read back. Beside the file, the offset
 of the first line not read back yet is kept, so that a file a killed process left is cut down
 to the events it never took back, and reported so by the next process that starts a journal.
+The owning process holds a lock on a file in the directory while it is open: a directory whose
+lock is free was left by a process that ended, even if a new process has its id since (a
+container's main process always has the same one).
 A process that exits with events unwritten has its journal save them all (those in memory
 first) with ``SpillFile.save`` and say where at ERROR.
 """
@@ -15,6 +18,7 @@ first) with ``SpillFile.save`` and say where at ERROR.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -23,6 +27,11 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: a spill directory's owner is known by its process id alone
+    fcntl = None  # type: ignore[assignment]
 
 from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import decode_json, encode_json
@@ -35,6 +44,7 @@ logger = logging.getLogger(__name__)
 SPILL_PREFIX = "deerflow-journal-spill-"
 _FILE_NAME = "events.jsonl"
 _OFFSET_NAME = "read-offset"  # bytes of the file read back, as decimal text
+_LOCK_NAME = "owner.lock"  # locked (flock) by the process whose events are in the file
 _leftovers_checked = False
 _leftovers_lock = threading.Lock()
 
@@ -49,6 +59,7 @@ class SpillFile:
         self._dir: Path | None = None
         self._writer: IO[bytes] | None = None
         self._reader: IO[bytes] | None = None
+        self._owner: int | None = None  # the descriptor holding the directory's lock
         #: Events appended and not read back yet.
         self.count = 0
 
@@ -144,10 +155,15 @@ class SpillFile:
         self._forget()
 
     def _close_handles(self) -> None:
+        """Close the file, and give up the directory's lock: from then on it is left."""
         for handle in (self._writer, self._reader):
             if handle is not None:
                 with contextlib.suppress(OSError):
                     handle.close()
+        if self._owner is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._owner)
+            self._owner = None
 
     def _forget(self) -> None:
         """Start afresh, leaving the file where it is."""
@@ -157,9 +173,44 @@ class SpillFile:
 
     def _open(self) -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
+        # Locked before the events file exists: a reporter that finds the file finds it locked.
+        self._owner = _lock(self._dir / _LOCK_NAME)
         path = self._dir / _FILE_NAME
         self._writer = open(path, "xb")  # noqa: SIM115 - held open while events are spilled
         self._reader = open(path, "rb")  # noqa: SIM115
+
+
+def _lock(path: Path) -> int | None:
+    """Create ``path`` and hold an exclusive lock on it until the descriptor is closed."""
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a reporter's probe holds it for an instant at most
+    except OSError:  # a file system without locks: the process id alone tells
+        os.close(fd)
+        return None
+    return fd
+
+
+def _left(directory: Path, pid: int) -> bool:
+    """Whether the process that spilled to ``directory`` has ended: its lock is free (its
+    process id is no longer running, where no lock tells)."""
+    if fcntl is not None:
+        try:
+            fd = os.open(directory / _LOCK_NAME, os.O_RDONLY)
+        except OSError:  # none (an older version's), or another user's
+            return not _alive(pid)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False
+            return not _alive(pid)  # a file system without locks
+        finally:
+            os.close(fd)  # which lets go of a lock taken
+        return True
+    return not _alive(pid)
 
 
 def _line(event: dict[str, Any]) -> bytes:
@@ -186,7 +237,8 @@ def report_leftover_spills(directory: str | None = None, *, again: bool = False)
         for entry in root.iterdir():
             pid = _owner(entry.name)
             path = entry / _FILE_NAME
-            if pid is None or _alive(pid) or not path.is_file():
+            # The events file first: its owner locked the directory before creating it.
+            if pid is None or not path.is_file() or not _left(entry, pid):
                 continue
             found.append(path)
             logger.error(
@@ -234,7 +286,7 @@ def _owner(name: str) -> int | None:
 
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
-        return True
+        return True  # no lock tells: assume it is this process's own
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
