@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import tracemalloc
 from pathlib import Path
@@ -538,6 +539,37 @@ async def test_an_event_that_cannot_be_encoded_is_the_only_one_lost_at_exit(tmp_
     assert "10 events its store did not take" in said and "1 could not be encoded" in said
     names = await recovered(tmp_path / "journal.db", path.read_text().splitlines())
     assert names == [str(i) for i in range(10)]
+
+
+async def test_events_none_of_which_can_be_encoded_are_said_lost_at_exit(tmp_path, caplog):
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(run_id="r", thread_id="t", event_store=store)
+        store.down = True
+        journal.record_middleware("guard", name="x", hook="h", action="a", changes={1: 1, "1": 2})
+        with caplog.at_level(logging.ERROR):
+            journal._writer.buffer.save_at_exit()
+    (said,) = [r.getMessage() for r in caplog.records if "journal exits with" in r.getMessage()]
+    assert "1 events its store did not take, lost: none could be encoded" in said
+
+
+async def test_events_that_cannot_be_spilled_are_dropped_saying_why(tmp_path, caplog, monkeypatch):
+    # No spill directory can be made (the temporary directory is a file): past the bound,
+    # events are lost, and the log says it is no fault of theirs or of the store.
+    (tmp_path / "not-a-directory").write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-a-directory"))
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(run_id="r", thread_id="t", event_store=store, max_buffered_events=10)
+        store.down = True
+        with caplog.at_level(logging.ERROR):
+            await record(journal, 0, 15)
+            store.down = False
+            await journal.flush()
+        names = [e["content"]["name"] for e in await store.list_events("t", "r", limit=100)]
+    assert names == [str(i) for i in range(10)] and journal.dropped_events == 5
+    said = [r.getMessage() for r in caplog.records if "journal dropped" in r.getMessage()]
+    assert len(said) == 5
+    assert all("could not be spilled to a file" in line for line in said), said
+    assert not any("store can never store" in line for line in said)
 
 
 LOST_ANSWER_PROCESS = """

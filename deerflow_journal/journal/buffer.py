@@ -88,6 +88,13 @@ def _plain_event(event: dict[str, Any], dumps: MessageEncoder) -> dict[str, Any]
     return plain
 
 
+def _why_unspillable(error: Exception) -> str:
+    """Why an event that went neither to memory nor to the spill file was dropped."""
+    if isinstance(error, OSError):  # a full disk, say: no fault of the event or the store
+        return "past the memory bound, which could not be spilled to a file"
+    return "its store can never store (it cannot be encoded)"
+
+
 async def _outcome(task: asyncio.Future[None]) -> None:
     await asyncio.wait([task])
     task.result()
@@ -307,7 +314,7 @@ class EventBuffer:
             self._spill.append(_timestamped(event))
         except MemoryError:
             raise
-        except Exception as exc:  # no store could encode it either: dropped by the next write
+        except Exception as exc:  # unencodable, or the disk refused it: dropped by the next write
             self._unspillable.append((event, exc))
         if opening and self._spill.path is not None:
             _STRANDED.add(self)
@@ -473,7 +480,7 @@ class EventBuffer:
                 self._write_all = False  # this write takes everything write_pending asked for
             taken = None if backlog else self._ticket if everything else built_ticket
         for event, error in unspillable:
-            self._dropped([event], error)
+            self._dropped([event], error, _why_unspillable(error))
         summaries_written = False
         while queue:
             batch = queue.popleft()
@@ -586,12 +593,18 @@ class EventBuffer:
                 bad.add(index)
         return bad
 
-    def _dropped(self, events: list[dict[str, Any]], error: BaseException) -> None:
+    def _dropped(
+        self,
+        events: list[dict[str, Any]],
+        error: BaseException,
+        why: str = "its store can never store",
+    ) -> None:
         for event in events:
             logger.error(
-                "journal dropped a %s event of run %s its store can never store: %s",
+                "journal dropped a %s event of run %s %s: %s",
                 event.get("event_type"),
                 event.get("run_id"),
+                why,
                 error,
             )
         told = None if self.on_dropped is None else self.on_dropped()
@@ -741,7 +754,16 @@ class EventBuffer:
             notes.append(f"{in_flight} more were being written, and may not be stored")
         if summaries:
             notes.append(f"{summaries} run summaries are lost")
-        if saved is not None:
+        if saved is not None and saved[0] is None:  # none could be encoded
+            failed = saved[2]
+            logger.error(
+                "journal exits with %d events its store did not take, lost: none could be "
+                "encoded (%r)%s",
+                len(failed),
+                failed[0][1],
+                "".join(f"; {note}" for note in notes),
+            )
+        elif saved is not None:
             path, count, failed = saved
             if failed:
                 notes.append(f"{len(failed)} could not be encoded, lost: {failed[0][1]!r}")

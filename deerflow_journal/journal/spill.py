@@ -112,10 +112,11 @@ class SpillFile:
 
     def save(
         self, first: Iterable[dict[str, Any]]
-    ) -> tuple[Path, int, list[tuple[dict[str, Any], Exception]]] | None:
+    ) -> tuple[Path | None, int, list[tuple[dict[str, Any], Exception]]] | None:
         """Put ``first`` (events older than the spilled ones) ahead of the events not read back
         yet, in a file that holds only those; return it, its event count and the events of
-        ``first`` that could not be encoded, with why (None: no events to save).
+        ``first`` that could not be encoded, with why (no file when none could; None: no events
+        to save).
 
         For a process that exits with events unwritten: the file outlives it.
         """
@@ -126,7 +127,7 @@ class SpillFile:
             except Exception as exc:  # no store could take it either
                 failed.append((event, exc))
         if not lines and not self.count:
-            return None
+            return (None, 0, failed) if failed else None
         if self._writer is None:
             self._open()
         assert self._dir is not None and self._writer is not None and self._reader is not None
