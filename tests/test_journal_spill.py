@@ -27,7 +27,7 @@ import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableLambda
 
-from deerflow_journal import RunJournal, SqliteRunEventStore
+from deerflow_journal import RunJournal, RunSummary, SqliteRunEventStore
 from deerflow_journal.journal import spill as spill_module
 from deerflow_journal.journal.spill import SPILL_PREFIX, SpillFile, report_leftover_spills
 from tests.journal.agents import QUESTION, agent_graph, ai, scripted
@@ -454,7 +454,7 @@ def test_two_processes_reporting_one_left_spill_file_cut_it_once(tmp_path: Path,
         replace(src, dst)
         if not interleaved:
             interleaved.append(True)
-            spill_module._unread_only(left)  # the other worker's report
+            spill_module._unread_only(left / "events.jsonl")  # the other worker's report
 
     monkeypatch.setattr(spill_module.os, "replace", replace_then_report)
     report_leftover_spills(str(tmp_path), again=True)
@@ -570,6 +570,106 @@ async def test_events_that_cannot_be_spilled_are_dropped_saying_why(tmp_path, ca
     assert len(said) == 5
     assert all("could not be spilled to a file" in line for line in said), said
     assert not any("store can never store" in line for line in said)
+
+
+# -- run summaries past their bound -----------------------------------------------------------
+
+
+def summary_spill(journal: RunJournal) -> SpillFile:
+    return journal._writer.buffer._summary_spill
+
+
+async def test_run_summaries_past_their_bound_leave_memory_and_all_reach_the_store(tmp_path):
+    # A reused journal holds one summary per run while its store is down: past a hundredth of
+    # max_buffered_events they go to a file, and each run's summary is stored once it is back.
+    graph = RunnableLambda(lambda x: x)
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(thread_id="t", event_store=store, max_buffered_events=100)
+        bound = journal._writer.buffer.max_summaries
+        store.down = True
+        held, spilled = [], None
+        for i in range(60):
+            await graph.ainvoke(i, {"callbacks": [journal]})
+            await asyncio.sleep(0.005)  # the run's write, which fails
+            # Those in memory, and those read back from the file for a write to try.
+            buffer = journal._writer.buffer
+            held.append(len(buffer._summaries) + len(buffer._summary_chunk))
+            spilled = spilled or summary_spill(journal).path
+        assert bound == 10 and max(held) <= 2 * bound and spilled is not None
+        assert spilled.is_file() and len(spilled.read_text().splitlines()) >= 60 - 2 * bound
+        store.down = False
+        await journal.flush()
+        summaries = await store.list_run_summaries("t")
+        runs = [await store.list_events("t", s.run_id) for s in summaries]
+    assert len({s.run_id for s in summaries}) == 60
+    assert all(s.status == "success" for s in summaries)
+    # Every run's start and end, once each, the runs one after another.
+    assert all([e["event_type"] for e in events] == ["run.start", "run.end"] for events in runs)
+    seqs = [e["seq"] for events in runs for e in events]
+    assert seqs == list(range(1, 121))
+    assert summary_spill(journal).path is None and not spilled.parent.exists()
+
+
+async def test_a_runs_summary_moved_out_of_memory_is_never_stored_over_a_newer_one(tmp_path):
+    # Concurrent runs: their running summaries leave memory while they run; their success
+    # summaries, newer, stay in memory. Written back, the newer ones must win.
+    gate, started = asyncio.Event(), []
+
+    async def held(x: int) -> int:
+        started.append(x)
+        await gate.wait()
+        return x
+
+    graph = RunnableLambda(held)
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(thread_id="t", event_store=store, max_buffered_events=100)
+        buffer = journal._writer.buffer
+        store.down = True
+        await RunnableLambda(lambda x: x).ainvoke(0, {"callbacks": [journal]})
+        runs = [
+            asyncio.ensure_future(graph.ainvoke(i, {"callbacks": [journal]})) for i in range(10)
+        ]
+        while len(started) < 10:
+            await asyncio.sleep(0.001)
+        with pytest.raises(ConnectionError):
+            await journal.flush()  # 11 summaries, over the bound of 10: they leave memory
+        assert not buffer._summaries
+        gate.set()
+        await asyncio.gather(*runs)
+        assert summary_spill(journal).path is not None
+        # Every summary moved out, those read back for the flush to try included.
+        left = [orjson.loads(line) for line in summary_spill(journal).path.read_text().splitlines()]
+        assert sum(summary["status"] == "running" for summary in left) == 10
+        assert len(buffer._summaries) == 10  # the success summaries, newer
+        store.down = False
+        await journal.flush()
+        summaries = await store.list_run_summaries("t")
+    assert len(summaries) == 11 and {s.status for s in summaries} == {"success"}
+
+
+async def test_run_summaries_out_of_memory_are_kept_and_reported_at_exit(tmp_path, caplog):
+    graph = RunnableLambda(lambda x: x)
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(thread_id="t", event_store=store, max_buffered_events=100)
+        store.down = True
+        for i in range(15):
+            await graph.ainvoke(i, {"callbacks": [journal]})
+            await asyncio.sleep(0.005)
+        with caplog.at_level(logging.ERROR):
+            journal._writer.buffer.save_at_exit()
+        (said,) = [r.getMessage() for r in caplog.records if "journal exits with" in r.getMessage()]
+        kept = said.split("run summaries are kept in ")[1].split(" (one a line")[0]
+        lines = Path(kept).read_text().splitlines()
+        assert f"{len(lines)} run summaries are kept in {kept}" in said
+        # As the message says: each line written with put_run_summary.
+        for line in lines:
+            await store.put_run_summary(RunSummary.model_validate_json(line))
+        assert len(await store.list_run_summaries("t")) == len({line for line in lines}) > 0
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):  # and the next process reports the file
+        found = report_leftover_spills(str(Path(kept).parent.parent), again=True)
+    assert Path(kept) in found and "run summaries a process" in caplog.text
+    shutil.rmtree(Path(kept).parent)
 
 
 LOST_ANSWER_PROCESS = """

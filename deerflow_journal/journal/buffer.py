@@ -14,8 +14,11 @@ tracked tasks or futures, one at a time.
 
 Memory is bounded: past ``max_buffered`` events held, the next ones go in order to a
 ``SpillFile`` and come back, oldest first, once the store takes what memory holds; run
-summaries wait until the spilled events are written. A write sends at most ``_MAX_BATCH``
-events at a time, so a long backlog reaches the store in bounded batches.
+summaries wait until the spilled events are written. Run summaries are bounded too: past
+``max_summaries`` waiting while writes fail, a write builds them and moves them, in order, to
+a file of their own, read back once the spilled events are written and before any summary
+still in memory (which is newer), ``max_summaries`` at a time. A write sends at most
+``_MAX_BATCH`` events at a time, so a long backlog reaches the store in bounded batches.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 from deerflow_journal.journal.loops import on_background_loop, running_loop
 from deerflow_journal.journal.mapping import MessageEncoder
-from deerflow_journal.journal.spill import SpillFile, report_leftover_spills
+from deerflow_journal.journal.spill import SUMMARIES, SpillFile, report_leftover_spills
 from deerflow_journal.records import (
     DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
@@ -86,6 +89,10 @@ def _plain_event(event: dict[str, Any], dumps: MessageEncoder) -> dict[str, Any]
     for key in ("content", "metadata"):
         plain[key] = decode_json(encode_json(event[key], default=dumps))
     return plain
+
+
+def _spilled_summary() -> dict[str, Any]:
+    raise AssertionError("a summary read back from its file is built already")
 
 
 def _why_unspillable(error: Exception) -> str:
@@ -242,7 +249,8 @@ class EventBuffer:
         store: Where batches go.
         threshold: ``add`` reports a full buffer at this many pending events.
         wait_timeout: Seconds a blocking wait waits for the store.
-        max_buffered: Events held in memory at most; the next ones spill to a file.
+        max_buffered: Events held in memory at most; the next ones spill to a file. Run
+            summaries held while writes fail are bounded by a hundredth of it (at least 10).
     """
 
     def __init__(
@@ -275,6 +283,13 @@ class EventBuffer:
         #: the owner (which holds this buffer) is freed as soon as it is dropped.
         self.on_dropped: weakref.WeakMethod[Callable[[list[dict[str, Any]]], None]] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
+        #: Summaries held at most while writes fail; the next write moves them to a file.
+        self.max_summaries = max(10, max_buffered // 100)
+        #: Summaries moved out of memory, oldest first (a run's newer one is later, or in
+        #: ``_summaries``).
+        self._summary_spill = SpillFile(SUMMARIES)
+        #: Summaries read back from that file, carried by every write until one stores them.
+        self._summary_chunk: list[dict[str, Any]] = []
         self._write: _Write | None = None
         #: The loop whose guard knows this buffer (the latest one), weakly.
         self._guarded: weakref.ref[asyncio.AbstractEventLoop] | None = None
@@ -367,7 +382,11 @@ class EventBuffer:
 
     def _pending_locked(self) -> bool:
         pending = self._events or self._summaries or self._unsure or self._unspillable
-        return bool(pending or self._spill.count)
+        return bool(pending or self._spill.count or self._spilled_summaries_locked())
+
+    def _spilled_summaries_locked(self) -> int:
+        """Summaries out of memory, to be written before those in it."""
+        return self._summary_spill.count + len(self._summary_chunk)
 
     def _start_locked(self, loop: asyncio.AbstractEventLoop) -> _Write | None:
         if self._write is not None and self._write.is_dead():
@@ -420,8 +439,8 @@ class EventBuffer:
             with self._lock:
                 events = self._unwritten_locked()
                 runs = sorted({str(event.get("run_id")) for event in events})
-                count, summaries = len(events), len(self._summaries)
-                spilled = self._spilled_locked()
+                count, spilled = len(events), self._spilled_locked()
+                summaries = len(self._summaries) + self._spilled_summaries_locked()
             logger.error(
                 "journal could not write %d events of runs %s%s and %d run summaries before "
                 "its event loop closed (%r): call `await journal.flush()` before the "
@@ -440,9 +459,17 @@ class EventBuffer:
         # this write does not carry (a run's success, before the batch holding its run.end).
         # Builders take the journal's lock, which is taken before ours: built without ours.
         with self._lock:
-            building = [] if self._spill.count else list(self._summaries.items())
+            # Past their bound while writes fail, the summaries are built to leave memory.
+            shed = len(self._summaries) > self.max_summaries and bool(
+                self._spill.count or self._failures.count
+            )
+            wait = self._spill.count or self._spilled_summaries_locked()
+            building = list(self._summaries.items()) if shed or not wait else []
             built_ticket = self._ticket
         built = [(key, build, build()) for key, build in building]
+        if shed:
+            self._shed(built)
+            built = []
         with self._lock:
             # A batch that may have been stored goes first, under its id (a store that took
             # it skips it), then what is pending.
@@ -466,19 +493,25 @@ class EventBuffer:
             if unspillable:
                 self._unspillable = []
             # While events are spilled, the summaries (and closing the store) wait for them.
-            # A summary queued again since it was built waits for the next write.
+            # Those moved to a file go first, those in memory (newer) once it is empty; a
+            # summary queued again since it was built waits for the next write.
             summaries: list[_Summary] = []
-            if not backlog:
+            from_file = not backlog and bool(self._spilled_summaries_locked())
+            if from_file:
+                summaries = [
+                    (key, _spilled_summary, data) for key, data in self._read_summaries_locked()
+                ]
+            elif not backlog:
                 pending = self._summaries
                 summaries = [item for item in built if pending.get(item[0]) is item[1]]
                 for key, _, _ in summaries:
                     del pending[key]
-            everything = not backlog and not self._summaries
+            everything = not backlog and not self._summaries and not self._summary_spill.count
             close_after = self._close_when_empty and everything
             if everything:
                 self._close_when_empty = False
                 self._write_all = False  # this write takes everything write_pending asked for
-            taken = None if backlog else self._ticket if everything else built_ticket
+            taken = None if backlog or from_file else self._ticket if everything else built_ticket
         for event, error in unspillable:
             self._dropped([event], error, _why_unspillable(error))
         summaries_written = False
@@ -501,8 +534,9 @@ class EventBuffer:
                 instead = self._refused(batch, carried or batch.summaries or [], exc)
                 if instead is None:
                     # A write that failed, or was cancelled with its loop, may or may not
-                    # have reached the store: it is retried first, under its id.
-                    self._requeue(batch, queue, summaries, close_after)
+                    # have reached the store: it is retried first, under its id. Summaries
+                    # read back from their file stay in ``_summary_chunk`` for the retry.
+                    self._requeue(batch, queue, [] if from_file else summaries, close_after)
                     raise
                 if last and not instead and batch.events:
                     instead = [_Batch([])]  # the summaries still go
@@ -514,10 +548,40 @@ class EventBuffer:
                 await self.store._release()  # the journal's own store: reopens on use
         finally:  # written: a blocked invoke may return, once the store it opened is closed
             with self._lock:
+                if from_file:
+                    self._summary_chunk = []
                 self._taken = 0
                 self._set_room_locked()
                 if taken is not None:
                     self._written_ticket = max(self._written_ticket, taken)
+
+    def _shed(self, built: list[_Summary]) -> None:
+        """Move the summaries built, unless queued again since, from memory to their file."""
+        with self._lock:
+            pending = self._summaries
+            opening = self._summary_spill.path is None
+            for key, build, data in built:
+                if pending.get(key) is not build:
+                    continue
+                try:
+                    self._summary_spill.append(data)
+                except MemoryError:
+                    raise
+                except Exception as exc:  # a full disk, say: they stay in memory
+                    logger.warning("journal cannot move run summaries out of memory: %r", exc)
+                    break
+                del pending[key]
+            if opening and self._summary_spill.path is not None:
+                _STRANDED.add(self)
+
+    def _read_summaries_locked(self) -> list[tuple[tuple[str, str], dict[str, Any]]]:
+        """The summaries read back from their file to write now, the latest of each run;
+        none of a run with a summary in memory, which is newer."""
+        if not self._summary_chunk and self._summary_spill.count:
+            self._summary_chunk = self._summary_spill.read(self.max_summaries)
+        latest = {(data["thread_id"], data["run_id"]): data for data in self._summary_chunk}
+        pending = self._summaries
+        return [(key, data) for key, data in latest.items() if key not in pending]
 
     def _refused(
         self, batch: _Batch, summaries: Sequence[object], error: BaseException
@@ -652,7 +716,12 @@ class EventBuffer:
                 _STRANDED.add(self)
             else:
                 self._next_write_at = self.threshold
-                if self._write_all or self._spill.count or len(self._events) >= self.threshold:
+                if (
+                    self._write_all
+                    or self._spill.count
+                    or self._spilled_summaries_locked()
+                    or len(self._events) >= self.threshold
+                ):
                     self._start_locked(write.loop)
                 if self._write is None and not self._pending_locked():
                     _STRANDED.discard(self)
@@ -742,10 +811,11 @@ class EventBuffer:
                 error, spilled = None, ""
                 # Saved: a write the loop may still start must not store them twice.
                 self._saved, self._unsure, self._events = True, None, []
+            summaries_note = self._save_summaries_locked()
         finally:
             if locked:
                 self._lock.release()
-        notes = []
+        notes = [] if summaries_note is None else [summaries_note]
         if unsure:
             notes.append(
                 f"the first {len(unsure)} were in a write that failed, which may have stored them"
@@ -786,6 +856,20 @@ class EventBuffer:
         elif notes:
             logger.error("journal exits with its store not answering: %s", "; ".join(notes))
 
+    def _save_summaries_locked(self) -> str | None:
+        """Leave the summaries moved out of memory in their file for good; what to say of them."""
+        try:
+            saved = self._summary_spill.save(self._summary_chunk)
+        except Exception as exc:  # the disk is full, say
+            return f"{self._spilled_summaries_locked()} run summaries are lost: {exc!r}"
+        if saved is None or saved[0] is None:
+            return None
+        self._summary_chunk = []
+        return (
+            f"{saved[1]} run summaries are kept in {saved[0]} (one a line: write each with "
+            "`store.put_run_summary(RunSummary.model_validate_json(line))`)"
+        )
+
     def _spilled_locked(self) -> str:
         """What the spill file holds, said after the events in memory (empty if nothing)."""
         if not self._spill.count:
@@ -794,8 +878,8 @@ class EventBuffer:
 
     def _log_unwritten(self, timeout: float) -> None:
         with self._lock:
-            events, summaries = len(self._unwritten_locked()), len(self._summaries)
-            spilled = self._spilled_locked()
+            events, spilled = len(self._unwritten_locked()), self._spilled_locked()
+            summaries = len(self._summaries) + self._spilled_summaries_locked()
         logger.error(
             "journal gave up after %.1f s waiting for its store: a write is still in flight; "
             "%d more events%s and %d run summaries are not written",

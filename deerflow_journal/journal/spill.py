@@ -1,4 +1,5 @@
-"""``SpillFile``: the events a journal buffers past its memory bound, in a temporary file.
+"""``SpillFile``: the events (or run summaries) a journal buffers past its memory bound, in a
+temporary file.
 
 A journal whose store is down keeps at most ``max_buffered_events`` in memory; the events after
 those go, in order, to one file of JSON lines in a directory of its own under the system's
@@ -12,7 +13,9 @@ The owning process holds a lock on a file in the directory while it is open: a d
 lock is free was left by a process that ended, even if a new process has its id since (a
 container's main process always has the same one).
 A process that exits with events unwritten has its journal save them all (those in memory
-first) with ``SpillFile.save`` and say where at ERROR.
+first) with ``SpillFile.save`` and say where at ERROR. Run summaries past the journal's bound
+go the same way, to a file of their own (``SUMMARIES``): one summary a line, as
+``RunSummary.model_validate_json`` takes them.
 """
 
 from __future__ import annotations
@@ -36,13 +39,15 @@ except ImportError:  # Windows: a spill directory's owner is known by its proces
 from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import decode_json, encode_json
 
-__all__ = ["SPILL_PREFIX", "SpillFile", "report_leftover_spills"]
+__all__ = ["EVENTS", "SPILL_PREFIX", "SUMMARIES", "SpillFile", "report_leftover_spills"]
 
 logger = logging.getLogger(__name__)
 
 #: How a spill directory's name starts; the owning process's id follows.
 SPILL_PREFIX = "deerflow-journal-spill-"
-_FILE_NAME = "events.jsonl"
+#: The file names of the two kinds of spill file, one per directory.
+EVENTS = "events.jsonl"
+SUMMARIES = "summaries.jsonl"
 _OFFSET_NAME = "read-offset"  # bytes of the file read back, as decimal text
 _LOCK_NAME = "owner.lock"  # locked (flock) by the process whose events are in the file
 _leftovers_checked = False
@@ -50,12 +55,14 @@ _leftovers_lock = threading.Lock()
 
 
 class SpillFile:
-    """A first-in, first-out file of journal events, created on the first ``append``.
+    """A first-in, first-out file of journal events (or, named ``SUMMARIES``, run summaries),
+    created on the first ``append``.
 
     Not thread-safe: its journal's buffer calls it under its own lock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = EVENTS) -> None:
+        self.name = name
         self._dir: Path | None = None
         self._writer: IO[bytes] | None = None
         self._reader: IO[bytes] | None = None
@@ -66,7 +73,7 @@ class SpillFile:
     @property
     def path(self) -> Path | None:
         """The file while it holds events, else ``None``."""
-        return None if self._dir is None else self._dir / _FILE_NAME
+        return None if self._dir is None else self._dir / self.name
 
     def append(self, event: dict[str, Any]) -> None:
         """Add ``event`` at the end; raise what encoding it raises (it could not be stored)."""
@@ -131,13 +138,13 @@ class SpillFile:
         if self._writer is None:
             self._open()
         assert self._dir is not None and self._writer is not None and self._reader is not None
-        path = self._dir / _FILE_NAME
+        path = self._dir / self.name
         self._writer.flush()
         # The offset goes first: a crash before the file is replaced keeps the whole old file
         # (read-back lines twice, none lost), never an offset that would cut the new one.
         with contextlib.suppress(FileNotFoundError):
             (self._dir / _OFFSET_NAME).unlink()
-        saved = self._dir / f"{_FILE_NAME}.new"
+        saved = self._dir / f"{self.name}.new"
         with open(saved, "wb") as out:
             out.writelines(lines)
             shutil.copyfileobj(self._reader, out)
@@ -176,7 +183,7 @@ class SpillFile:
         self._dir = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
         # Locked before the events file exists: a reporter that finds the file finds it locked.
         self._owner = _lock(self._dir / _LOCK_NAME)
-        path = self._dir / _FILE_NAME
+        path = self._dir / self.name
         self._writer = open(path, "xb")  # noqa: SIM115 - held open while events are spilled
         self._reader = open(path, "rb")  # noqa: SIM115
 
@@ -237,33 +244,53 @@ def report_leftover_spills(directory: str | None = None, *, again: bool = False)
     with contextlib.suppress(OSError):
         for entry in root.iterdir():
             pid = _owner(entry.name)
-            path = entry / _FILE_NAME
-            # The events file first: its owner locked the directory before creating it.
-            if pid is None or not path.is_file() or not _left(entry, pid):
+            if pid is None:
                 continue
-            found.append(path)
-            logger.error(
-                "journal found %d events a process (pid %d) spilled and never wrote, kept in %s "
-                "(one event a line, as `store.put_batch` takes them): write them with "
-                "put_batch, then delete %s",
-                _unread_only(entry),
-                pid,
-                path,
-                entry,
-            )
+            for name, what, how in _KINDS:
+                path = entry / name
+                # The file first: its owner locked the directory before creating it.
+                if not path.is_file() or not _left(entry, pid):
+                    continue
+                found.append(path)
+                logger.error(
+                    "journal found %d %s a process (pid %d) spilled and never wrote, kept in %s "
+                    "(%s), then delete %s",
+                    _unread_only(path),
+                    what,
+                    pid,
+                    path,
+                    how,
+                    entry,
+                )
     return found
 
 
-def _unread_only(directory: Path) -> int:
+#: Each kind of spill file: its name, what it holds, and how its lines are written back.
+_KINDS = (
+    (
+        EVENTS,
+        "events",
+        "one event a line, as `store.put_batch` takes them: write them with put_batch",
+    ),
+    (
+        SUMMARIES,
+        "run summaries",
+        "one run summary a line: write each with "
+        "`store.put_run_summary(RunSummary.model_validate_json(line))`",
+    ),
+)
+
+
+def _unread_only(path: Path) -> int:
     """Cut a left spill file down to the lines its process never read back; count them."""
-    path = directory / _FILE_NAME
+    directory = path.parent
     # Claimed by renaming it, so that one reporter alone cuts the file, once: another one
     # finds no offset, and one killed after the cut leaves none to cut the file again.
     claimed = directory / f"{_OFFSET_NAME}.{os.getpid()}"
     with contextlib.suppress(OSError, ValueError):
         os.rename(directory / _OFFSET_NAME, claimed)
         offset = int(claimed.read_text())
-        kept = directory / f"{_FILE_NAME}.{os.getpid()}"
+        kept = directory / f"{path.name}.{os.getpid()}"
         with open(path, "rb") as source, open(kept, "wb") as out:
             source.seek(offset)
             shutil.copyfileobj(source, out)
