@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
-import signal
 import shutil
+import signal
 import tempfile
 import threading
 from pathlib import Path
