@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -13,7 +15,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableLambda
 
-from deerflow_journal import RunJournal
+from deerflow_journal import RunJournal, RunSummary
 from deerflow_journal.journal import spill as spill_module
 from deerflow_journal.journal.spill import SpillFile, report_leftover_spills
 from tests.test_journal_spill import OutageStore, record, run_script
@@ -159,3 +161,38 @@ async def test_a_spill_directory_that_cannot_be_locked_is_not_left_behind(tmp_pa
         await journal.flush()
     assert journal.dropped_events == 5
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("deerflow-journal-spill")] == []
+
+
+async def test_summaries_kept_at_exit_never_make_an_ended_run_look_running(tmp_path, caplog):
+    # Runs whose running summaries left memory end while the store is down; the program then
+    # exits. Written back as the ERROR says, the kept file must not leave them "running".
+    gate, started = asyncio.Event(), []
+
+    async def held(x: int) -> int:
+        started.append(x)
+        await gate.wait()
+        return x
+
+    async with OutageStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(thread_id="t", event_store=store, max_buffered_events=100)
+        store.down = True
+        await RunnableLambda(lambda x: x).ainvoke(0, {"callbacks": [journal]})
+        runs = [
+            asyncio.ensure_future(RunnableLambda(held).ainvoke(i, {"callbacks": [journal]}))
+            for i in range(10)
+        ]
+        while len(started) < 10:
+            await asyncio.sleep(0.001)
+        with contextlib.suppress(ConnectionError):
+            await journal.flush()  # 11 summaries, over the bound: they leave memory
+        gate.set()
+        await asyncio.gather(*runs)  # each run ends: its success summary is in memory
+        with caplog.at_level(logging.ERROR):
+            journal._writer.buffer.save_at_exit()
+        (said,) = [r.getMessage() for r in caplog.records if "journal exits with" in r.getMessage()]
+        kept = Path(said.split("run summaries are kept in ")[1].split(" (one a line")[0])
+        for line in kept.read_text().splitlines():
+            await store.put_run_summary(RunSummary.model_validate_json(line))
+        statuses = [s.status for s in await store.list_run_summaries("t")]
+    shutil.rmtree(kept.parent)
+    assert "running" not in statuses, (said, statuses)
