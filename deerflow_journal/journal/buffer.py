@@ -511,7 +511,18 @@ class EventBuffer:
             if everything:
                 self._close_when_empty = False
                 self._write_all = False  # this write takes everything write_pending asked for
-            taken = None if backlog or from_file else self._ticket if everything else built_ticket
+            # Summaries not built for this write (held back while events were spilled, or
+            # shed to a file that refused them) are older than built_ticket: not written yet.
+            held_back = not backlog and not from_file and bool(self._summaries) and not built
+            if held_back:
+                self._write_all = True  # they go with the next write
+            taken = (
+                None
+                if backlog or from_file or held_back
+                else self._ticket
+                if everything
+                else built_ticket
+            )
         for event, error in unspillable:
             self._dropped([event], error, _why_unspillable(error))
         summaries_written = False

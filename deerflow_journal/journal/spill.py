@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -158,8 +159,12 @@ class SpillFile:
     def remove(self) -> None:
         """Delete the file and its directory, with whatever they hold."""
         if self._dir is not None:
-            self._close_handles()
+            owner, self._owner = self._owner, None
+            self._close_handles()  # the files (Windows removes no open file)...
             shutil.rmtree(self._dir, ignore_errors=True)
+            if owner is not None:  # ...but the lock only once the directory is gone
+                with contextlib.suppress(OSError):
+                    os.close(owner)
         self._forget()
 
     def _close_handles(self) -> None:
@@ -180,12 +185,38 @@ class SpillFile:
         self.count = 0
 
     def _open(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
-        # Locked before the events file exists: a reporter that finds the file finds it locked.
-        self._owner = _lock(self._dir / _LOCK_NAME)
-        path = self._dir / self.name
-        self._writer = open(path, "xb")  # noqa: SIM115 - held open while events are spilled
-        self._reader = open(path, "rb")  # noqa: SIM115
+        directory = Path(tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{os.getpid()}-"))
+        try:
+            # Locked before the events file exists: a reporter that finds the file finds it
+            # locked.
+            self._owner = _lock(directory / _LOCK_NAME)
+            path = directory / self.name
+            self._writer = open(path, "xb")  # noqa: SIM115 - held open while events are spilled
+            self._reader = open(path, "rb")  # noqa: SIM115
+        except BaseException:  # nothing half made stays behind
+            self._close_handles()
+            self._writer = self._reader = None
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        self._dir = directory
+        _OPEN.add(self)
+
+
+#: Spill files holding a lock: a forked child lets go of its copies, which would otherwise
+#: keep the directory locked after its owner died.
+_OPEN: weakref.WeakSet[SpillFile] = weakref.WeakSet()
+
+
+def _drop_inherited_locks() -> None:
+    for spill in list(_OPEN):
+        if spill._owner is not None:
+            with contextlib.suppress(OSError):
+                os.close(spill._owner)
+            spill._owner = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 def _lock(path: Path) -> int | None:
@@ -248,8 +279,9 @@ def report_leftover_spills(directory: str | None = None, *, again: bool = False)
                 continue
             for name, what, how in _KINDS:
                 path = entry / name
-                # The file first: its owner locked the directory before creating it.
-                if not path.is_file() or not _left(entry, pid):
+                # The file first: its owner locked the directory before creating it; and once
+                # more after the lock was found free (a live owner removes it locked).
+                if not path.is_file() or not _left(entry, pid) or not path.is_file():
                     continue
                 found.append(path)
                 logger.error(
