@@ -35,7 +35,7 @@ import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from deerflow_journal.journal.loops import on_background_loop, running_loop
 from deerflow_journal.journal.mapping import MessageEncoder
@@ -57,7 +57,13 @@ __all__ = ["EventBuffer"]
 logger = logging.getLogger(__name__)
 
 
-SummaryBuilder = Callable[[], dict[str, Any]]
+class SummaryBuilder(Protocol):
+    """Builds a run's summary as of now; at exit, gives up waiting for the journal's lock
+    after ``timeout`` seconds (``TimeoutError``; -1: waits as long as it takes)."""
+
+    def __call__(self, timeout: float = -1) -> dict[str, Any]: ...
+
+
 #: A run summary a write takes: its run's key, its builder and what that built.
 _Summary = tuple[tuple[str, str], SummaryBuilder, dict[str, Any]]
 #: The most events one store write takes (a backlog goes out in batches of this size).
@@ -91,7 +97,7 @@ def _plain_event(event: dict[str, Any], dumps: MessageEncoder) -> dict[str, Any]
     return plain
 
 
-def _spilled_summary() -> dict[str, Any]:
+def _spilled_summary(timeout: float = -1) -> dict[str, Any]:
     raise AssertionError("a summary read back from its file is built already")
 
 
@@ -808,12 +814,21 @@ class EventBuffer:
     def save_at_exit(self) -> None:
         """Save every event not written to a file (those in memory first), say at ERROR where
         it is, and write nothing more: the program exits."""
-        # A daemon thread may hold the lock for good at exit: then read racily.
+        # A daemon thread may hold a lock for good at exit: then read racily, and a summary
+        # whose run is locked is lost. Built first: builders take the journal's lock first.
+        locked = self._lock.acquire(timeout=1.0)
+        building = list(self._summaries.items())
+        if locked:
+            self._lock.release()
+        built = []
+        for _, build in building:
+            with contextlib.suppress(Exception):
+                built.append(build(timeout=1.0))
         locked = self._lock.acquire(timeout=1.0)
         try:
             unsure = [] if self._unsure is None else self._unsure.events
             unwritten = unsure + self._events
-            in_flight, summaries = self._taken, len(self._summaries)
+            in_flight, summaries = self._taken, len(building) - len(built)
             try:
                 saved = self._spill.save(_timestamped(event) for event in unwritten)
             except Exception as exc:  # the disk is full, say: what is lost is said
@@ -822,7 +837,7 @@ class EventBuffer:
                 error, spilled = None, ""
                 # Saved: a write the loop may still start must not store them twice.
                 self._saved, self._unsure, self._events = True, None, []
-            summaries_note = self._save_summaries_locked()
+            summaries_note = self._save_summaries_locked(built)
         finally:
             if locked:
                 self._lock.release()
@@ -867,18 +882,20 @@ class EventBuffer:
         elif notes:
             logger.error("journal exits with its store not answering: %s", "; ".join(notes))
 
-    def _save_summaries_locked(self) -> str | None:
-        """Leave the summaries moved out of memory in their file for good; what to say of them."""
+    def _save_summaries_locked(self, built: list[dict[str, Any]]) -> str | None:
+        """Leave the summaries moved out of memory in their file for good, with ``built``
+        (those held in memory, newer) after them; what to say of them."""
         try:
-            saved = self._summary_spill.save(self._summary_chunk)
+            saved = self._summary_spill.save(self._summary_chunk, built)
         except Exception as exc:  # the disk is full, say
-            return f"{self._spilled_summaries_locked()} run summaries are lost: {exc!r}"
+            lost = self._spilled_summaries_locked() + len(built)
+            return f"{lost} run summaries are lost: {exc!r}"
         if saved is None or saved[0] is None:
             return None
         self._summary_chunk = []
         return (
-            f"{saved[1]} run summaries are kept in {saved[0]} (one a line: write each with "
-            "`store.put_run_summary(RunSummary.model_validate_json(line))`)"
+            f"{saved[1]} run summaries are kept in {saved[0]} (one a line: write each, in "
+            "order, with `store.put_run_summary(RunSummary.model_validate_json(line))`)"
         )
 
     def _spilled_locked(self) -> str:

@@ -259,9 +259,13 @@ class RunJournal(GraphCallbackHandler):
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""
 
-        def build() -> dict[str, Any]:
-            with self._lock:
+        def build(timeout: float = -1) -> dict[str, Any]:
+            if not self._lock.acquire(timeout=timeout):
+                raise TimeoutError("the journal's lock is held")
+            try:
                 return state.summary_json()
+            finally:
+                self._lock.release()
 
         self._writer.queue_summary(state, build)
 

@@ -119,22 +119,18 @@ class SpillFile:
             os.replace(noted, self._dir / _OFFSET_NAME)
 
     def save(
-        self, first: Iterable[dict[str, Any]]
+        self, first: Iterable[dict[str, Any]], last: Iterable[dict[str, Any]] = ()
     ) -> tuple[Path | None, int, list[tuple[dict[str, Any], Exception]]] | None:
-        """Put ``first`` (events older than the spilled ones) ahead of the events not read back
-        yet, in a file that holds only those; return it, its event count and the events of
-        ``first`` that could not be encoded, with why (no file when none could; None: no events
-        to save).
+        """Put ``first`` (older than the lines not read back yet) ahead of those lines, and
+        ``last`` (newer) after them, in a file that holds only these; return it, its line
+        count and the values that could not be encoded, with why (no file when none could;
+        None: nothing to save).
 
         For a process that exits with events unwritten: the file outlives it.
         """
-        lines, failed = [], []
-        for event in first:
-            try:
-                lines.append(_line(event))
-            except Exception as exc:  # no store could take it either
-                failed.append((event, exc))
-        if not lines and not self.count:
+        failed: list[tuple[dict[str, Any], Exception]] = []
+        lines, after = _lines(first, failed), _lines(last, failed)
+        if not lines and not after and not self.count:
             return (None, 0, failed) if failed else None
         if self._writer is None:
             self._open()
@@ -149,8 +145,9 @@ class SpillFile:
         with open(saved, "wb") as out:
             out.writelines(lines)
             shutil.copyfileobj(self._reader, out)
+            out.writelines(after)
         os.replace(saved, path)
-        count = len(lines) + self.count
+        count = len(lines) + self.count + len(after)
         self._close_handles()
         self._dir = self._writer = self._reader = None  # the file is the user's now
         self.count = 0
@@ -252,6 +249,19 @@ def _left(directory: Path, pid: int) -> bool:
     return not _alive(pid)
 
 
+def _lines(
+    values: Iterable[dict[str, Any]], failed: list[tuple[dict[str, Any], Exception]]
+) -> list[bytes]:
+    """The lines of ``values``; those that cannot be encoded go to ``failed``, with why."""
+    lines = []
+    for value in values:
+        try:
+            lines.append(_line(value))
+        except Exception as exc:  # no store could take it either
+            failed.append((value, exc))
+    return lines
+
+
 def _line(event: dict[str, Any]) -> bytes:
     """An event's line in a spill file: encoded as every store write encodes it."""
     return encode_json(event, MessageEncoder()).encode() + b"\n"
@@ -307,7 +317,7 @@ _KINDS = (
     (
         SUMMARIES,
         "run summaries",
-        "one run summary a line: write each with "
+        "one run summary a line: write each, in order, with "
         "`store.put_run_summary(RunSummary.model_validate_json(line))`",
     ),
 )
