@@ -357,6 +357,8 @@ def _owner(name: str) -> int | None:
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return True  # no lock tells: assume it is this process's own
+    if os.name == "nt":  # signal 0 is CTRL_C_EVENT there: it would interrupt the process
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
