@@ -650,6 +650,36 @@ async def test_a_runs_summary_moved_out_of_memory_is_never_stored_over_a_newer_o
     assert len(summaries) == 11 and {s.status for s in summaries} == {"success"}
 
 
+class HangingStore(OutageStore):
+    """A real SQLite store whose journal writes hang until ``answer`` is set, as a database
+    server's may behind a network partition."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answer = asyncio.Event()
+
+    async def _put_journal_batch(self, *args: Any, **kwargs: Any) -> bool:
+        await self.answer.wait()
+        return await super()._put_journal_batch(*args, **kwargs)
+
+
+async def test_run_summaries_stay_bounded_while_a_write_hangs(tmp_path):
+    # No write starts while one is in flight: the summaries must leave memory all the same.
+    graph = RunnableLambda(lambda x: x)
+    async with HangingStore(tmp_path / "journal.db") as store:
+        journal = RunJournal(thread_id="t", event_store=store, max_buffered_events=100)
+        buffer = journal._writer.buffer
+        held = []
+        for i in range(60):
+            await graph.ainvoke(i, {"callbacks": [journal]})
+            held.append(len(buffer._summaries))
+        assert buffer._write is not None and max(held) <= 2 * buffer.max_summaries + 1
+        store.answer.set()
+        await journal.flush()
+        summaries = await store.list_run_summaries("t")
+    assert len(summaries) == 60 and {s.status for s in summaries} == {"success"}
+
+
 async def test_run_summaries_out_of_memory_are_kept_and_reported_at_exit(tmp_path, caplog):
     graph = RunnableLambda(lambda x: x)
     async with OutageStore(tmp_path / "journal.db") as store:

@@ -58,10 +58,11 @@ logger = logging.getLogger(__name__)
 
 
 class SummaryBuilder(Protocol):
-    """Builds a run's summary as of now; at exit, gives up waiting for the journal's lock
-    after ``timeout`` seconds (``TimeoutError``; -1: waits as long as it takes)."""
+    """Builds a run's summary as of now under the journal's lock: ``locked`` if the caller
+    holds it; at exit, gives up waiting for it after ``timeout`` seconds (``TimeoutError``;
+    -1: waits as long as it takes)."""
 
-    def __call__(self, timeout: float = -1) -> dict[str, Any]: ...
+    def __call__(self, timeout: float = -1, *, locked: bool = False) -> dict[str, Any]: ...
 
 
 #: A run summary a write takes: its run's key, its builder and what that built.
@@ -97,7 +98,7 @@ def _plain_event(event: dict[str, Any], dumps: MessageEncoder) -> dict[str, Any]
     return plain
 
 
-def _spilled_summary(timeout: float = -1) -> dict[str, Any]:
+def _spilled_summary(timeout: float = -1, *, locked: bool = False) -> dict[str, Any]:
     raise AssertionError("a summary read back from its file is built already")
 
 
@@ -362,11 +363,19 @@ class EventBuffer:
         return len(self._events) + self._spill.count
 
     def put_summary(self, key: tuple[str, str], build: SummaryBuilder) -> None:
-        """Queue the summary of run ``key`` (thread id, run id), built when it is written."""
+        """Queue the summary of run ``key`` (thread id, run id), built when it is written.
+
+        Called with the journal's lock held. A write that hangs starts no other, and only a
+        write moves summaries out of memory: past twice their bound while one is in flight,
+        they are built and moved out here.
+        """
         with self._lock:
             self._summaries.pop(key, None)
             self._summaries[key] = build
             self._ticket += 1
+            summaries = self._summaries
+            if self._write is not None and len(summaries) > 2 * self.max_summaries:
+                self._shed_locked([(k, b, b(locked=True)) for k, b in summaries.items()])
 
     def close_store_when_empty(self) -> None:
         """Close the store after the write that leaves nothing pending (it reopens on use)."""
@@ -575,21 +584,24 @@ class EventBuffer:
     def _shed(self, built: list[_Summary]) -> None:
         """Move the summaries built, unless queued again since, from memory to their file."""
         with self._lock:
-            pending = self._summaries
-            opening = self._summary_spill.path is None
-            for key, build, data in built:
-                if pending.get(key) is not build:
-                    continue
-                try:
-                    self._summary_spill.append(data)
-                except MemoryError:
-                    raise
-                except Exception as exc:  # a full disk, say: they stay in memory
-                    logger.warning("journal cannot move run summaries out of memory: %r", exc)
-                    break
-                del pending[key]
-            if opening and self._summary_spill.path is not None:
-                _STRANDED.add(self)
+            self._shed_locked(built)
+
+    def _shed_locked(self, built: list[_Summary]) -> None:
+        pending = self._summaries
+        opening = self._summary_spill.path is None
+        for key, build, data in built:
+            if pending.get(key) is not build:
+                continue
+            try:
+                self._summary_spill.append(data)
+            except MemoryError:
+                raise
+            except Exception as exc:  # a full disk, say: they stay in memory
+                logger.warning("journal cannot move run summaries out of memory: %r", exc)
+                break
+            del pending[key]
+        if opening and self._summary_spill.path is not None:
+            _STRANDED.add(self)
 
     def _read_summaries_locked(self) -> list[tuple[tuple[str, str], dict[str, Any]]]:
         """The summaries read back from their file to write now, the latest of each run;

@@ -259,7 +259,9 @@ class RunJournal(GraphCallbackHandler):
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""
 
-        def build(timeout: float = -1) -> dict[str, Any]:
+        def build(timeout: float = -1, *, locked: bool = False) -> dict[str, Any]:
+            if locked:
+                return state.summary_json()
             if not self._lock.acquire(timeout=timeout):
                 raise TimeoutError("the journal's lock is held")
             try:
