@@ -409,6 +409,7 @@ class RunJournal(GraphCallbackHandler):
             run_id = self._run_id or str(root)
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             unbound = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
+            state.on_thread = bool(metadata and metadata.get("thread_id"))
             self._bind(state)
             state.workspace_before = snapshot
             self._runs[_key(root)] = self._latest = state
@@ -502,9 +503,12 @@ class RunJournal(GraphCallbackHandler):
         """Write a run's closing events and summary: held tool errors, workspace, unresolved
         calls, terminal."""
         with self._lock:
-            if state.status == "interrupted" and not state.human_written:
-                # Paused before any model saw the question (``interrupt_before``): the run
-                # that resumes finds it in its state, so this one records it.
+            if not state.human_written and (
+                state.status == "interrupted" or (state.on_thread and state.status != "success")
+            ):
+                # Stopped before any model saw the question (``interrupt_before``; a failed
+                # or cancelled step of a checkpointed thread, retried with ``invoke(None)``):
+                # the run that resumes finds it in its state, so this one records it.
                 asked = state.new_humans.last_input()
                 if asked is not None:
                     self._write_human(state, asked)

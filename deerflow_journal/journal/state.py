@@ -116,6 +116,7 @@ class RunState:
     tool_starts: dict[Hashable, ToolStart] = field(default_factory=dict)
     new_humans: NewHumans = field(default_factory=NewHumans)
     human_written: bool = False  # the run's one ``llm.human.input`` is written
+    on_thread: bool = False  # the root config names a LangGraph thread (a checkpoint to resume)
     memory_recorded: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)
