@@ -7,11 +7,22 @@ import asyncio
 from typing import Any
 
 import pytest
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import create_react_agent
+from langgraph.types import Command
 
 from deerflow_journal import RunEvent, RunJournal
-from tests.journal.agents import QUESTION, ai, model_node, scripted
+from tests.journal.agents import (
+    QUESTION,
+    ScriptedChatModel,
+    add,
+    ai,
+    ask_human,
+    model_node,
+    scripted,
+)
 
 
 def humans(events: list[RunEvent]) -> list[str]:
@@ -67,3 +78,27 @@ async def test_a_question_whose_run_was_cancelled_before_any_model_call_is_writt
     await graph.ainvoke(None, config)
     await journal.flush()
     assert humans(await store.list_messages("cancelled-early", limit=100)) == ["What is 1 + 2?"]
+
+
+class ToolCallingModel(ScriptedChatModel):
+    """A scripted model ``create_react_agent`` can bind tools to (the script has the calls)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+async def test_a_prebuilt_agent_resumed_after_a_tool_interrupt_writes_no_human_input(store):
+    # The prebuilt agent sends each tool call to its tool node with the state beside it:
+    # the resumed run starts there, not at a node given the state itself.
+    model = ToolCallingModel(
+        messages=iter([ai("", calls=[("ask_human", {"question": "sure?"}, "h1")]), ai("3")])
+    )
+    tools: list[BaseTool] = [ask_human, add]
+    graph = create_react_agent(model, tools, checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "hitl"}}
+    await graph.ainvoke(QUESTION, config)
+    await graph.ainvoke(Command(resume="yes"), config)
+    await journal.flush()
+    assert humans(await store.list_messages("hitl", limit=100)) == ["What is 1 + 2?"]
