@@ -61,6 +61,9 @@ class NewHumans:
 
     def saw_state(self, inputs: Any) -> None:
         """Note the state the run's first nested chain starts from."""
+        if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
+            # The prebuilt agent sends each tool call to its tool node with the state beside it.
+            inputs = inputs.get("state")
         self._state = inputs
         self.state_seen = True
 
