@@ -4,14 +4,14 @@ the thread's messages still show it once."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 
 from deerflow_journal import RunEvent, RunJournal
 from tests.journal.agents import (
@@ -102,3 +102,30 @@ async def test_a_prebuilt_agent_resumed_after_a_tool_interrupt_writes_no_human_i
     await graph.ainvoke(Command(resume="yes"), config)
     await journal.flush()
     assert humans(await store.list_messages("hitl", limit=100)) == ["What is 1 + 2?"]
+
+
+class ApprovalState(MessagesState):
+    approved: bool
+
+
+class ApprovalInput(TypedDict):
+    approved: bool
+
+
+async def test_a_resumed_node_that_reads_no_messages_leaves_the_question_old(store):
+    # The node the run resumes at declares a narrower input: it is given no messages.
+    def approve(state: ApprovalInput) -> dict[str, Any]:
+        return {"approved": bool(interrupt("approve?"))}
+
+    builder = StateGraph(ApprovalState)
+    builder.add_node("approve", approve)
+    builder.add_node("agent", model_node(scripted(ai("3"))))
+    builder.add_edge(START, "approve")
+    builder.add_edge("approve", "agent")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "approve"}}
+    await graph.ainvoke(QUESTION, config)
+    await graph.ainvoke(Command(resume=True), config)
+    await journal.flush()
+    assert humans(await store.list_messages("approve", limit=100)) == ["What is 1 + 2?"]
