@@ -353,7 +353,7 @@ class RunJournal(GraphCallbackHandler):
             state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
                 self._runs[getattr(run_id, "int", run_id)] = state
-                if not state.new_humans.state_seen:  # the run's first nested chain: its state
+                if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
             return
         WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
@@ -438,7 +438,9 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._end_run(run_id, outputs, None)
         else:
-            self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
+            state = self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
+            if state is not None and not state.new_humans.state_seen:
+                state.new_humans.saw_outputs(outputs)
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no

@@ -39,20 +39,22 @@ class NewHumans:
     """Which human messages are new in a run, so its ``llm.human.input`` never repeats one
     that a resumed run finds in its checkpointed state.
 
-    Old are the human messages of the state the run's first nested chain (a graph's first
-    node) starts from, except those its inputs brought (matched by text: LangGraph builds
+    Old are the human messages of the state the run's first nested chain given messages (a
+    graph's first node, unless it reads no messages) starts from, except those its inputs
+    brought or a nested chain ending before it added (matched by text: LangGraph builds
     messages given as text itself). Anything else is new: a message a node added, one built
-    for the prompt, every message of a run with no nested chain. The inputs and the state are
-    kept as given and looked into only when a question is checked: most runs check one.
+    for the prompt, every message of a run with no nested chain. The state is kept as given
+    and looked into only when a question is checked: most runs check one.
     """
 
-    __slots__ = ("_inputs", "_old_ids", "_state", "state_seen")
+    __slots__ = ("_added", "_inputs", "_old_ids", "_state", "state_seen")
 
     def __init__(self) -> None:
         self._inputs: Any = None
         self._state: Any = None
         self._old_ids: set[str] | None = None
-        #: True once the run's first nested chain started (an attribute: read at every one).
+        self._added: set[str] = set()  # texts of humans added before the state was seen
+        #: True once a nested chain started from the run's state (read at every chain).
         self.state_seen = False
 
     def add_inputs(self, inputs: Any) -> None:
@@ -60,12 +62,21 @@ class NewHumans:
         self._inputs = inputs
 
     def saw_state(self, inputs: Any) -> None:
-        """Note the state the run's first nested chain starts from."""
+        """Note the inputs of a nested chain started before the run's state was seen: the
+        state, if they hold messages (a node may declare an input without them)."""
         if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
             # The prebuilt agent sends each tool call to its tool node with the state beside it.
             inputs = inputs.get("state")
-        self._state = inputs
-        self.state_seen = True
+        if messages_in(inputs):
+            self._state = inputs
+            self.state_seen = True
+
+    def saw_outputs(self, outputs: Any) -> None:
+        """Note the outputs of a nested chain that ended before the run's state was seen: the
+        human messages they add are new."""
+        for message in messages_in(outputs):
+            if isinstance(message, HumanMessage):
+                self._added.add(message_text(message))
 
     def is_new(self, message: BaseMessage) -> bool:
         """True if ``message`` was not in the state the run resumed from."""
@@ -75,6 +86,7 @@ class NewHumans:
             objects, texts = input_messages(self._inputs)
             brought = {message_text(m) for m in objects if isinstance(m, HumanMessage)}
             brought.update(texts)
+            brought.update(self._added)
             self._old_ids = {
                 m.id
                 for m in messages_in(self._state)
