@@ -67,6 +67,7 @@ __all__ = [
     "control_flow_status",
     "detach",
     "detached_event",
+    "holds_messages",
     "human_input_event",
     "input_messages",
     "interrupt_from_error",
@@ -437,6 +438,26 @@ def messages_in(outputs: Any) -> list[BaseMessage]:
     for value in outputs.values():
         found.extend(_message_list(value))
     return found
+
+
+def holds_messages(value: Any) -> bool:
+    """Whether ``messages_in(value)`` finds any: a graph state's message list is checked up
+    to its first message, not through the thread's whole history."""
+    if type(value) is not dict:
+        if isinstance(value, BaseModel) and not isinstance(value, BaseMessage):
+            value = dict(value)
+        elif not isinstance(value, Mapping):
+            return _holds(value)
+    return any(_holds(item) for item in value.values())
+
+
+def _holds(value: Any) -> bool:
+    if isinstance(value, list | tuple):
+        return any(
+            isinstance(item, BaseMessage) or (isinstance(item, Command) and _message_list(item))
+            for item in value
+        )
+    return bool(_message_list(value))
 
 
 def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:

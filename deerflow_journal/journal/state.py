@@ -14,6 +14,7 @@ from langgraph.callbacks import GraphInterruptEvent
 
 from deerflow_journal.cost import estimate_cost
 from deerflow_journal.journal.mapping import (
+    holds_messages,
     input_messages,
     latest_visible_human,
     message_text,
@@ -67,7 +68,7 @@ class NewHumans:
         if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
             # The prebuilt agent sends each tool call to its tool node with the state beside it.
             inputs = inputs.get("state")
-        if messages_in(inputs):
+        if holds_messages(inputs):
             self._state = inputs
             self.state_seen = True
 
