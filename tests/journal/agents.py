@@ -186,6 +186,19 @@ def agent_graph(
     return graph.compile(checkpointer=checkpointer)
 
 
+def step_then_answer(
+    step: Any, answer: str, state: type[Any] = MessagesState, *, checkpointer: Any
+) -> CompiledStateGraph:
+    """A graph that runs ``step`` (a node, named after it) and then a model answering
+    ``answer``."""
+    graph = StateGraph(state)
+    graph.add_node(step.__name__, step)
+    graph.add_node("agent", model_node(scripted(ai(answer))))
+    graph.add_edge(START, step.__name__)
+    graph.add_edge(step.__name__, "agent")
+    return graph.compile(checkpointer=checkpointer)
+
+
 class FailingChatModel(GenericFakeChatModel):
     """A chat model whose every call fails."""
 

@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 import pytest
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
 
@@ -20,8 +20,7 @@ from tests.journal.agents import (
     add,
     ai,
     ask_human,
-    model_node,
-    scripted,
+    step_then_answer,
 )
 
 
@@ -31,12 +30,7 @@ def humans(events: list[RunEvent]) -> list[str]:
 
 def prepared_agent(prepare: Any) -> Any:
     """A graph whose first node runs before the model sees the question."""
-    builder = StateGraph(MessagesState)
-    builder.add_node("prepare", prepare)
-    builder.add_node("agent", model_node(scripted(ai("3"))))
-    builder.add_edge(START, "prepare")
-    builder.add_edge("prepare", "agent")
-    return builder.compile(checkpointer=InMemorySaver())
+    return step_then_answer(prepare, "3", checkpointer=InMemorySaver())
 
 
 async def test_a_question_whose_run_failed_before_any_model_call_is_written_once(store):
@@ -117,12 +111,7 @@ async def test_a_resumed_node_that_reads_no_messages_leaves_the_question_old(sto
     def approve(state: ApprovalInput) -> dict[str, Any]:
         return {"approved": bool(interrupt("approve?"))}
 
-    builder = StateGraph(ApprovalState)
-    builder.add_node("approve", approve)
-    builder.add_node("agent", model_node(scripted(ai("3"))))
-    builder.add_edge(START, "approve")
-    builder.add_edge("approve", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    graph = step_then_answer(approve, "3", ApprovalState, checkpointer=InMemorySaver())
     journal = RunJournal(event_store=store)
     config: Any = {"callbacks": [journal], "configurable": {"thread_id": "approve"}}
     await graph.ainvoke(QUESTION, config)

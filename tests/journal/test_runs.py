@@ -44,6 +44,7 @@ from tests.journal.agents import (
     model_node,
     run_events,
     scripted,
+    step_then_answer,
     stored,
 )
 
@@ -302,12 +303,7 @@ def approval_graph() -> Any:
     def ask(state: MessagesState) -> dict[str, Any]:
         return {"messages": [HumanMessage(interrupt("Anything to add?"))]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("ask", ask)
-    builder.add_node("agent", model_node(scripted(ai("Noted."))))
-    builder.add_edge(START, "ask")
-    builder.add_edge("ask", "agent")
-    return builder.compile(checkpointer=InMemorySaver())
+    return step_then_answer(ask, "Noted.", checkpointer=InMemorySaver())
 
 
 async def test_a_resumed_node_adding_a_human_message_writes_that_one(store):
