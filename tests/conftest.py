@@ -7,11 +7,13 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from deerflow_journal import RunEventStore
 from deerflow_journal.journal import buffer
+from deerflow_journal.journal.spill import SPILL_PREFIX
 from tests.backends import BACKENDS, Backend
 
 # The test run's own temporary directory, for it and the programs it starts: what other
@@ -53,12 +55,21 @@ async def store(backend: Backend) -> AsyncIterator[RunEventStore]:
         yield opened
 
 
+def _spill_dirs() -> set[Path]:
+    return set(Path(_TMP).glob(f"{SPILL_PREFIX}*"))
+
+
 @pytest.fixture(autouse=True)
 def forget_stranded_journal_buffers() -> Iterator[None]:
     """Forget the journal buffers a test left holding events its store never took (tests of
-    a store that is down leave some): at the end of the run they would be saved to files."""
-    before = set(buffer._STRANDED)
+    a store that is down leave some): at the end of the run they would be saved to files. And
+    remove the spill files a test left in the run's temporary directory (saved as at exit):
+    their lock is free, so the programs later tests start would report them."""
+    before, dirs = set(buffer._STRANDED), _spill_dirs()
     yield
     for left in buffer._STRANDED - before:
         left._spill.remove()
+        left._summary_spill.remove()
         buffer._STRANDED.discard(left)
+    for left_dir in _spill_dirs() - dirs:
+        shutil.rmtree(left_dir, ignore_errors=True)
