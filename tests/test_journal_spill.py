@@ -555,11 +555,17 @@ async def test_events_none_of_which_can_be_encoded_are_said_lost_at_exit(tmp_pat
     assert "1 events its store did not take, lost: none could be encoded" in said
 
 
-async def test_events_that_cannot_be_spilled_are_dropped_saying_why(tmp_path, caplog, monkeypatch):
-    # No spill directory can be made (the temporary directory is a file): past the bound,
-    # events are lost, and the log says it is no fault of theirs or of the store.
+@pytest.fixture
+def no_temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No spill directory can be made: the temporary directory is a file."""
     (tmp_path / "not-a-directory").write_text("")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-a-directory"))
+
+
+@pytest.mark.usefixtures("no_temp_dir")
+async def test_events_that_cannot_be_spilled_are_dropped_saying_why(tmp_path, caplog):
+    # Past the bound, events are lost, and the log says it is no fault of theirs or of the
+    # store.
     async with OutageStore(tmp_path / "journal.db") as store:
         journal = RunJournal(run_id="r", thread_id="t", event_store=store, max_buffered_events=10)
         store.down = True
@@ -855,11 +861,10 @@ def test_a_plain_invoke_returns_only_once_its_summary_is_stored_after_a_spill(tm
     assert late == []  # stored before the invoke returned
 
 
-def test_close_writes_every_run_summary_when_they_cannot_leave_memory(tmp_path, monkeypatch):
-    # No spill directory can be made (the temporary directory is a file): summaries past
-    # their bound stay in memory. Once the store answers, close() must write them all.
-    (tmp_path / "not-a-directory").write_text("")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-a-directory"))
+@pytest.mark.usefixtures("no_temp_dir")
+def test_close_writes_every_run_summary_when_they_cannot_leave_memory(tmp_path):
+    # Summaries past their bound stay in memory. Once the store answers, close() must write
+    # them all.
     store = OutageStore(tmp_path / "journal.db")
     journal = RunJournal(thread_id="t", event_store=store, max_buffered_events=100)
     assert journal._writer.buffer.max_summaries == 10

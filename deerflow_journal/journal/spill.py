@@ -148,28 +148,29 @@ class SpillFile:
             out.writelines(after)
         os.replace(saved, path)
         count = len(lines) + self.count + len(after)
-        self._close_handles()
-        self._dir = self._writer = self._reader = None  # the file is the user's now
-        self.count = 0
+        self._forget()  # the file is the user's now
         return path, count, failed
 
     def remove(self) -> None:
         """Delete the file and its directory, with whatever they hold."""
         if self._dir is not None:
-            owner, self._owner = self._owner, None
-            self._close_handles()  # the files (Windows removes no open file)...
+            self._close_files()  # Windows removes no open file
             shutil.rmtree(self._dir, ignore_errors=True)
-            if owner is not None:  # ...but the lock only once the directory is gone
-                with contextlib.suppress(OSError):
-                    os.close(owner)
-        self._forget()
+        self._forget()  # the lock last: a live owner's directory is never found left
 
     def _close_handles(self) -> None:
         """Close the file, and give up the directory's lock: from then on it is left."""
+        self._close_files()
+        self._let_go()
+
+    def _close_files(self) -> None:
         for handle in (self._writer, self._reader):
             if handle is not None:
                 with contextlib.suppress(OSError):
                     handle.close()
+
+    def _let_go(self) -> None:
+        """Give up the directory's lock."""
         if self._owner is not None:
             with contextlib.suppress(OSError):
                 os.close(self._owner)
@@ -206,10 +207,7 @@ _OPEN: weakref.WeakSet[SpillFile] = weakref.WeakSet()
 
 def _drop_inherited_locks() -> None:
     for spill in list(_OPEN):
-        if spill._owner is not None:
-            with contextlib.suppress(OSError):
-                os.close(spill._owner)
-            spill._owner = None
+        spill._let_go()
 
 
 if hasattr(os, "register_at_fork"):

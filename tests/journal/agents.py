@@ -57,6 +57,11 @@ async def stored(journal: RunJournal) -> tuple[list[str], RunSummary]:
     return [e["event_type"] for e in events], summary
 
 
+def humans(events: list[RunEvent]) -> list[str]:
+    """The texts of the ``llm.human.input`` events among ``events``."""
+    return [e["content"]["content"] for e in events if e["event_type"] == "llm.human.input"]
+
+
 def usage(input_tokens: int, output_tokens: int, **details: int) -> dict[str, Any]:
     """A ``usage_metadata`` dict; ``cache_read``/``cache_creation``/``reasoning`` details."""
     result: dict[str, Any] = {

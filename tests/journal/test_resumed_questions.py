@@ -13,19 +13,16 @@ from langgraph.graph import MessagesState
 from langgraph.prebuilt import create_react_agent
 from langgraph.types import Command, interrupt
 
-from deerflow_journal import RunEvent, RunJournal
+from deerflow_journal import RunJournal
 from tests.journal.agents import (
     QUESTION,
     ScriptedChatModel,
     add,
     ai,
     ask_human,
+    humans,
     step_then_answer,
 )
-
-
-def humans(events: list[RunEvent]) -> list[str]:
-    return [e["content"]["content"] for e in events if e["event_type"] == "llm.human.input"]
 
 
 def prepared_agent(prepare: Any) -> Any:

@@ -41,6 +41,7 @@ from tests.journal.agents import (
     agent_graph,
     ai,
     explode,
+    humans,
     model_node,
     run_events,
     scripted,
@@ -58,10 +59,6 @@ DIGEST = "a" * 64
 
 def types(events: list[RunEvent]) -> list[str]:
     return [e["event_type"] for e in events]
-
-
-def humans(events: list[RunEvent]) -> list[str]:
-    return [e["content"]["content"] for e in events if e["event_type"] == "llm.human.input"]
 
 
 # -- roots that are no chain ---------------------------------------------------------------
