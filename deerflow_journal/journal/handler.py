@@ -666,7 +666,8 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
-        with self._lock:
+        self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
+        try:
             state = self._llm_started(run_id, parent_run_id, caller)
             if state is None or caller != mapping.LEAD_AGENT:
                 return
@@ -682,6 +683,8 @@ class RunJournal(GraphCallbackHandler):
                 if human is not None and state.new_humans.is_new(human):
                     self._write_human(state, human)
                     changed = True
+        finally:
+            self._lock.release()
         if changed:
             self._writer.changed(state)
 
@@ -726,7 +729,8 @@ class RunJournal(GraphCallbackHandler):
         """
         messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
-        with self._lock:
+        self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
+        try:
             key = getattr(run_id, "int", run_id)
             # _own_run, inlined
             parent = key if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
@@ -764,6 +768,8 @@ class RunJournal(GraphCallbackHandler):
                     used = next((usage for usage in usages if usage), used)
                 # Counted when the totals are read (a copy: the message may change meanwhile).
                 state.usage.add_call_later(key, caller, model, used)
+        finally:
+            self._lock.release()
         if parent_run_id is None:
             self._leaf_ended(state, run_id, messages[0] if len(messages) == 1 else messages, None)
         elif self._writer.progress is not None:
@@ -805,13 +811,16 @@ class RunJournal(GraphCallbackHandler):
             inputs = kwargs.get("inputs", input_str)
             tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
             self._start_leaf(serialized, inputs, run_id, tags, metadata, kwargs)
-        with self._lock:
+        self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
+        try:
             state = self._own_run(run_id, parent_run_id)
             if state is None:
                 return
             key = getattr(run_id, "int", run_id)
             self._runs[key] = state
             state.tool_starts[key] = ToolStart(time.monotonic(), kwargs.get("tool_call_id"), name)
+        finally:
+            self._lock.release()
 
     def on_tool_end(
         self,
@@ -828,7 +837,8 @@ class RunJournal(GraphCallbackHandler):
         messages = [output] if type(output) is ToolMessage else mapping.tool_result_messages(output)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         key = getattr(run_id, "int", run_id)
-        with self._lock:
+        self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
+        try:
             runs = self._runs
             if parent_run_id is None:  # _tool_run, inlined
                 state = runs.get(key)
@@ -842,6 +852,8 @@ class RunJournal(GraphCallbackHandler):
             for message in messages:
                 self._emit_own(state, mapping.tool_result_event(message, caller))
                 state.outcomes.resolve(getattr(message, "tool_call_id", None))
+        finally:
+            self._lock.release()
         if parent_run_id is None:
             self._leaf_ended(state, run_id, output, None)
         elif messages and self._writer.progress is not None:
