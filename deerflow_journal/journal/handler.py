@@ -355,14 +355,36 @@ class RunJournal(GraphCallbackHandler):
                 self._runs[getattr(run_id, "int", run_id)] = state
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
+                    if state.resumed and state.new_humans.state_seen:
+                        # Calls the paused run asked for and left unanswered: a node of this
+                        # run may answer them without a tool (a human rejecting the call).
+                        calls = mapping.unanswered_tool_calls(inputs)
+                        if calls:
+                            with self._lock:
+                                state.outcomes.requested(calls)
+            return
+        if self._joined_caller_run(run_id):
             return
         WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
+
+    def _joined_caller_run(self, run_id: UUID) -> bool:
+        """A chain given the journal as its own callbacks inside a node of a run in progress
+        (``chain.invoke(x, {"callbacks": [journal]})``) is part of that run, as a model or
+        tool called so is (``_start_leaf``); True if it joined one."""
+        with self._lock:
+            active = self._caller_run()
+            if active is None or active.ended:
+                return False
+            self._runs[getattr(run_id, "int", run_id)] = active
+            return True
 
     async def _await_chain_start(
         self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
     ) -> None:
         if kwargs.get("parent_run_id") is not None:
             self._chain_start(serialized, inputs, **kwargs)
+            return
+        if self._joined_caller_run(kwargs["run_id"]):
             return
         snapshot = self._start_root(serialized, inputs, **kwargs)
         try:
@@ -471,8 +493,8 @@ class RunJournal(GraphCallbackHandler):
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
             state = self._runs.pop(_key(root), None)
-            if state is None or state.ended:
-                return
+            if state is None or state.ended or state.root != root:
+                return  # a chain that joined the run of its caller ends nothing
             if state.outcomes.pending and outputs is not None:
                 self._reconcile(state, mapping.messages_in(outputs))
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
@@ -591,6 +613,7 @@ class RunJournal(GraphCallbackHandler):
         with self._lock:
             state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
             if state is not None and state.root == event.run_id:
+                state.resumed = True
                 self._emit(state, mapping.run_resume_event(event))
 
     # -- models --------------------------------------------------------------------------------
@@ -666,11 +689,15 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
+        options = kwargs.get("options")
+        structured = options.get("ls_structured_output_format") if options else None
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
             state = self._llm_started(run_id, parent_run_id, caller)
             if state is None or caller != mapping.LEAD_AGENT:
                 return
+            if structured:
+                state.structured[getattr(run_id, "int", run_id)] = mapping.schema_name(structured)
             if state.outcomes.pending and messages:
                 # The prompt may hold answers no tool callback gave (ToolNode answers an
                 # unknown tool itself); looked for only here and at the run's end, which is
@@ -754,7 +781,11 @@ class RunJournal(GraphCallbackHandler):
                 self._emit_own(state, event)  # content is the message itself
                 if lead:
                     if message.tool_calls:
-                        state.outcomes.requested(message.tool_calls)
+                        calls = message.tool_calls
+                        if state.structured and key in state.structured:
+                            schema = state.structured.pop(key)
+                            calls = [c for c in calls if schema is not None and c["name"] != schema]
+                        state.outcomes.requested(calls)
                     text = message.content
                     if type(text) is not str:
                         text = mapping.message_text(message)
@@ -766,6 +797,10 @@ class RunJournal(GraphCallbackHandler):
                 used = usages[0] if usages else None
                 if len(usages) > 1 and not used:
                     used = next((usage for usage in usages if usage), used)
+                if not used and response.llm_output:
+                    # A chat model reporting its usage the older way (``llm_output``'s
+                    # ``token_usage``, as a completion model does) and not on the message.
+                    used = mapping.completion_usage(response.llm_output)
                 # Counted when the totals are read (a copy: the message may change meanwhile).
                 state.usage.add_call_later(key, caller, model, used)
         finally:
@@ -790,6 +825,8 @@ class RunJournal(GraphCallbackHandler):
             if state is None:
                 return
             state.llm_starts.pop(_key(run_id), None)
+            if state.structured:
+                state.structured.pop(_key(run_id), None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
         if parent_run_id is None:
             self._leaf_ended(state, run_id, None, error)

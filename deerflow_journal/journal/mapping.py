@@ -17,6 +17,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import fields, is_dataclass
 from typing import Any, Literal, TypedDict
 
 from langchain_core.messages import (
@@ -423,6 +424,15 @@ def _message_list(value: Any) -> list[BaseMessage]:
     return []
 
 
+def _state_fields(value: Any) -> dict[str, Any] | None:
+    """A pydantic or dataclass graph state as a dict of its fields (``None``: not one)."""
+    if isinstance(value, BaseModel):
+        return None if isinstance(value, BaseMessage) else dict(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    return None
+
+
 def messages_in(outputs: Any) -> list[BaseMessage]:
     """The messages a chain's inputs or outputs carry at the top level.
 
@@ -430,8 +440,9 @@ def messages_in(outputs: Any) -> list[BaseMessage]:
     (what LangGraph nodes return). Nothing deeper is searched.
     """
     if type(outputs) is not dict:  # most are: no ABC checks for them
-        if isinstance(outputs, BaseModel) and not isinstance(outputs, BaseMessage):
-            outputs = dict(outputs)  # a pydantic graph state
+        state = _state_fields(outputs)
+        if state is not None:
+            outputs = state  # a pydantic or dataclass graph state
         elif not isinstance(outputs, Mapping):
             return _message_list(outputs)
     found: list[BaseMessage] = []
@@ -444,8 +455,9 @@ def holds_messages(value: Any) -> bool:
     """Whether ``messages_in(value)`` finds any: a graph state's message list is checked up
     to its first message, not through the thread's whole history."""
     if type(value) is not dict:
-        if isinstance(value, BaseModel) and not isinstance(value, BaseMessage):
-            value = dict(value)
+        state = _state_fields(value)
+        if state is not None:
+            value = state
         elif not isinstance(value, Mapping):
             return _holds(value)
     return any(_holds(item) for item in value.values())
@@ -471,8 +483,8 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
         pass
     elif isinstance(inputs, Command):
         inputs = {"messages": _update_messages(inputs.update)}
-    elif isinstance(inputs, BaseModel) and not isinstance(inputs, BaseMessage):
-        inputs = dict(inputs)  # a pydantic graph state
+    else:
+        inputs = _state_fields(inputs) or inputs  # a pydantic or dataclass graph state
     if type(inputs) is dict or isinstance(inputs, Mapping):
         objects = [m for k, v in inputs.items() if k != "messages" for m in _message_list(v)]
         inputs = inputs.get("messages")
@@ -494,7 +506,29 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
     return objects, texts
 
 
-def _completion_usage(llm_output: Mapping[str, Any] | None) -> dict[str, int] | None:
+def unanswered_tool_calls(state: Any) -> list[Mapping[str, Any]]:
+    """The calls of the AI message ending a graph state (tool messages aside) that no tool
+    message after it answers: a paused run's calls. Only the state's tail is read."""
+    if type(state) is dict and state.get("__type") == "tool_call_with_context":
+        state = state.get("state")
+    state = _state_fields(state) or state
+    if not isinstance(state, Mapping):
+        return []
+    messages = state.get("messages")
+    if not isinstance(messages, list | tuple):
+        return []
+    answered: set[Any] = set()
+    for message in reversed(messages):
+        if isinstance(message, ToolMessage):
+            answered.add(message.tool_call_id)
+        elif isinstance(message, AIMessage) and message.tool_calls:
+            return [call for call in message.tool_calls if call.get("id") not in answered]
+        else:  # anything else after the calls: the conversation moved on
+            return []
+    return []
+
+
+def completion_usage(llm_output: Mapping[str, Any] | None) -> dict[str, int] | None:
     usage = (llm_output or {}).get("token_usage")
     if not isinstance(usage, Mapping):
         return None
@@ -527,7 +561,7 @@ def response_messages(response: LLMResult) -> list[AIMessage]:
                 continue
             llm_output = response.llm_output or {}
             name = llm_output.get("model_name") or llm_output.get("model")
-            usage = None if messages else _completion_usage(llm_output)
+            usage = None if messages else completion_usage(llm_output)
             messages.append(
                 AIMessage(
                     content=generation.text,
@@ -561,6 +595,23 @@ def ai_response_event(
             "llm_call_index": llm_call_index,
         },
     }
+
+
+def schema_name(structured_output_format: Any) -> str | None:
+    """The tool name a ``with_structured_output`` call's schema answers with (LangChain's
+    ``ls_structured_output_format``), ``None`` if unknown (then no call is a tool's)."""
+    schema = (
+        structured_output_format.get("schema")
+        if isinstance(structured_output_format, Mapping)
+        else None
+    )
+    if not isinstance(schema, Mapping):
+        return None
+    function = schema.get("function")
+    if isinstance(function, Mapping):  # an OpenAI tool dict
+        schema = function
+    name = schema.get("title") or schema.get("name")
+    return name if isinstance(name, str) else None
 
 
 def llm_error_event(error: BaseException, caller: str) -> EventKwargs:

@@ -129,10 +129,14 @@ class RunState:
     # Keyed by LangChain run id, as UUID.int (cheaper to hash than the UUID; see RunJournal).
     llm_starts: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
     answered: set[Hashable] = field(default_factory=set)
+    # Model calls made for structured output (``with_structured_output``): the name of the
+    # schema, whose "tool call" is the answer itself, never run by a tool.
+    structured: dict[Hashable, str | None] = field(default_factory=dict)
     tool_starts: dict[Hashable, ToolStart] = field(default_factory=dict)
     new_humans: NewHumans = field(default_factory=NewHumans)
     human_written: bool = False  # the run's one ``llm.human.input`` is written
     on_thread: bool = False  # the root config names a LangGraph thread (a checkpoint to resume)
+    resumed: bool = False  # LangGraph resumed the run from a checkpoint (``on_resume``)
     memory_recorded: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)
