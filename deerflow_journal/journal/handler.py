@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 #: How many recent runs a journal can still count refused events for (a write follows its
 #: run closely; a reusable journal must not grow with every run it saw).
 _RUNS_REMEMBERED = 64
+#: A model call not made for structured output (``RunState.structured`` has no entry).
+_NOT_STRUCTURED: Any = object()
 
 
 def _ms_since(started: float) -> int:
@@ -361,7 +363,9 @@ class RunJournal(GraphCallbackHandler):
                         calls = mapping.unanswered_tool_calls(inputs)
                         if calls:
                             with self._lock:
-                                state.outcomes.requested(calls)
+                                state.outcomes.carry(calls)
+                if state.outcomes.carried and mapping.is_graph_node(kwargs):
+                    state.answering_nodes.add(getattr(run_id, "int", run_id))
             return
         if self._joined_caller_run(run_id):
             return
@@ -461,8 +465,35 @@ class RunJournal(GraphCallbackHandler):
             self._end_run(run_id, outputs, None)
         else:
             state = self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
-            if state is not None and not state.new_humans.state_seen:
+            if state is None:
+                return
+            if not state.new_humans.state_seen:
                 state.new_humans.saw_outputs(outputs)
+            if state.answering_nodes:  # only in a resumed run, until a node answers
+                with self._lock:
+                    answered = self._answer_carried(state, run_id, outputs)
+                if answered:
+                    self._writer.changed(state)
+
+    def _answer_carried(self, state: RunState, run_id: UUID, outputs: Any) -> bool:
+        """Write ``llm.tool.result`` for each tool message in a graph node's outputs that
+        answers a call an earlier run left open (call with the lock held); True if any was.
+
+        Only a node's own outputs count: the prompts and states a resumed run passes around
+        also carry the answers of parallel calls that ended before the pause, written then.
+        """
+        key = getattr(run_id, "int", run_id)
+        if key not in state.answering_nodes:
+            return False
+        state.answering_nodes.discard(key)
+        written = False
+        for message in mapping.messages_in(outputs):
+            if isinstance(message, ToolMessage) and state.outcomes.answered_carried(
+                message.tool_call_id
+            ):
+                self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
+                written = True
+        return written
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no
@@ -772,6 +803,10 @@ class RunJournal(GraphCallbackHandler):
             # _ms_since, inlined
             latency = None if start[0] is None else int((time.monotonic() - start[0]) * 1000)
             lead = caller == mapping.LEAD_AGENT
+            # A structured-output call's schema name (None: unknown), popped for every choice
+            schema = (
+                state.structured.pop(key, _NOT_STRUCTURED) if state.structured else _NOT_STRUCTURED
+            )
             usages = []  # the events' copies of each message's usage_metadata
             for message in messages:
                 event = mapping.ai_response_event(
@@ -782,8 +817,7 @@ class RunJournal(GraphCallbackHandler):
                 if lead:
                     if message.tool_calls:
                         calls = message.tool_calls
-                        if state.structured and key in state.structured:
-                            schema = state.structured.pop(key)
+                        if schema is not _NOT_STRUCTURED:  # the schema's call is the answer
                             calls = [c for c in calls if schema is not None and c["name"] != schema]
                         state.outcomes.requested(calls)
                     text = message.content

@@ -428,7 +428,7 @@ def _state_fields(value: Any) -> dict[str, Any] | None:
     """A pydantic or dataclass graph state as a dict of its fields (``None``: not one)."""
     if isinstance(value, BaseModel):
         return None if isinstance(value, BaseMessage) else dict(value)
-    if is_dataclass(value) and not isinstance(value, type):
+    if is_dataclass(value) and not isinstance(value, type | Command):  # a Command is an update
         return {f.name: getattr(value, f.name) for f in fields(value)}
     return None
 
@@ -504,6 +504,14 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
         if isinstance(message, HumanMessage):
             texts.append(message_text(message))
     return objects, texts
+
+
+def is_graph_node(chain_start_kwargs: Mapping[str, Any]) -> bool:
+    """Whether a chain start is a LangGraph node's (named as the node it runs), not a
+    runnable inside one."""
+    metadata = chain_start_kwargs.get("metadata")
+    name = chain_start_kwargs.get("name")
+    return bool(metadata) and name is not None and metadata.get("langgraph_node") == name
 
 
 def unanswered_tool_calls(state: Any) -> list[Mapping[str, Any]]:

@@ -4,7 +4,7 @@ inside a node, a tool call rejected on resume, dataclass state, usage in `llm_ou
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from deerflow_journal import RunJournal
 
-from .agents import QUESTION, ScriptedChatModel, add, ai, humans, scripted, stored
+from .agents import QUESTION, ScriptedChatModel, add, ai, ask_human, humans, scripted, stored
 
 
 class BindingModel(ScriptedChatModel):
@@ -78,31 +78,50 @@ async def test_a_structured_output_call_leaves_no_unresolved_tool_call(store):
     assert "tool.unresolved" not in sequence
 
 
-async def test_a_tool_call_rejected_on_resume_keeps_its_answer(store):
-    model = ScriptedChatModel(
-        messages=iter([ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("OK, I won't.")])
-    )
+def review_graph(model: ScriptedChatModel, *, pauses: int = 1) -> Any:
+    """Agent -> review (``pauses`` interrupts) -> the tool on "approve", the rejection as the
+    call's answer on "reject", the end on anything else."""
 
     def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
 
     def review(state: MessagesState) -> Command:
         call = state["messages"][-1].tool_calls[0]
-        if interrupt({"tool_call": call}) == "approve":
+        answer = None
+        for _ in range(pauses):
+            answer = interrupt({"tool_call": call})
+        if answer == "approve":
             return Command(goto="tools")
-        rejected = ToolMessage("Rejected by the user", tool_call_id=call["id"], name=call["name"])
-        return Command(goto="agent", update={"messages": [rejected]})
+        if answer == "reject":
+            rejected = ToolMessage("Rejected by the user", tool_call_id=call["id"], name="add")
+            return Command(goto="agent", update={"messages": [rejected]})
+        return Command(goto=END)
 
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
-    builder.add_node("review", review, destinations=("tools", "agent"))
+    builder.add_node("review", review, destinations=("tools", "agent", END))
     builder.add_node("tools", ToolNode([add]))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges(
         "agent", lambda s: "review" if s["messages"][-1].tool_calls else END, ["review", END]
     )
     builder.add_edge("tools", "agent")
-    graph = builder.compile(checkpointer=InMemorySaver())
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def outcomes(events: list[Any]) -> list[tuple[str, str]]:
+    """(event type, tool call id) of the tool-call outcomes among ``events``, in order."""
+    kinds = ("llm.tool.result", "tool.error", "tool.unresolved")
+    return [
+        (e["event_type"], e["metadata"]["tool_call_id"]) for e in events if e["event_type"] in kinds
+    ]
+
+
+async def test_a_tool_call_rejected_on_resume_keeps_its_answer(store):
+    model = ScriptedChatModel(
+        messages=iter([ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("OK, I won't.")])
+    )
+    graph = review_graph(model)
     journal = RunJournal(event_store=store)
     config: Any = {"callbacks": [journal], "configurable": {"thread_id": "review"}}
     await graph.ainvoke({"messages": [HumanMessage("What is 1 + 2?")]}, config)
@@ -112,6 +131,80 @@ async def test_a_tool_call_rejected_on_resume_keeps_its_answer(store):
     assert humans(messages) == ["What is 1 + 2?"]
     results = [m["content"]["content"] for m in messages if m["event_type"] == "llm.tool.result"]
     assert results == ["Rejected by the user"]
+    events = await store.list_events("review", None, limit=100)
+    assert outcomes(events) == [("tool.unresolved", "c1"), ("llm.tool.result", "c1")]
+
+
+@pytest.mark.parametrize("pauses", [1, 2])
+async def test_a_call_a_resumed_run_leaves_unanswered_is_reported_by_its_own_run_only(
+    store, pauses
+):
+    model = ScriptedChatModel(messages=iter([ai("", calls=[("add", {"a": 1, "b": 2}, "c1")])]))
+    graph = review_graph(model, pauses=pauses)
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "drop"}}
+    await graph.ainvoke({"messages": [HumanMessage("What is 1 + 2?")]}, config)
+    for _ in range(pauses):
+        await graph.ainvoke(Command(resume="drop"), config)
+    await journal.flush()
+    events = await store.list_events("drop", None, limit=100)
+    assert len({e["run_id"] for e in events}) == pauses + 1
+    assert outcomes(events) == [("tool.unresolved", "c1")]
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+async def test_parallel_calls_answered_before_a_pause_are_written_once(store):
+    model = BindingModel(
+        messages=iter(
+            [
+                ai(
+                    "",
+                    calls=[
+                        ("add", {"a": 1, "b": 2}, "c1"),
+                        ("ask_human", {"question": "ok?"}, "c2"),
+                    ],
+                ),
+                ai("done"),
+            ]
+        )
+    )
+    agent = create_react_agent(model, [add, ask_human], checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "parallel"}}
+    await agent.ainvoke({"messages": [HumanMessage("What is 1 + 2?")]}, config)
+    await agent.ainvoke(Command(resume="yes"), config)
+    await journal.flush()
+    events = await store.list_events("parallel", None, limit=100)
+    assert sorted(outcomes(events)) == [
+        ("llm.tool.result", "c1"),
+        ("llm.tool.result", "c2"),
+        ("tool.unresolved", "c2"),
+    ]
+
+
+async def test_a_node_returning_a_command_with_the_question_writes_it(store):
+    class Intake(TypedDict, total=False):
+        question: str
+        messages: Annotated[list[AnyMessage], add_messages]
+
+    model = scripted(ai("It is 3."))
+
+    def intake(state: Intake) -> Command:
+        return Command(update={"messages": [HumanMessage(state["question"])]}, goto="agent")
+
+    def agent(state: Intake) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(Intake)
+    builder.add_node("intake", intake, destinations=("agent",))
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "intake")
+    builder.add_edge("agent", END)
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "intake"}}
+    await builder.compile().ainvoke({"question": "What is 1 + 2?"}, config)
+    await journal.flush()
+    assert humans(await store.list_messages("intake", limit=100)) == ["What is 1 + 2?"]
 
 
 @dataclass
@@ -171,3 +264,30 @@ async def test_a_chat_model_reporting_usage_in_llm_output_counts_it(store):
     _, summary = await stored(journal)
     assert (summary.total_input_tokens, summary.total_output_tokens) == (12, 3)
     assert summary.token_usage_by_model["old-model"]["total_tokens"] == 15
+
+
+class TwoChoices(BaseChatModel):
+    """A model answering structured output with two choices (``n=2``), each the schema's call."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "two-choices"
+
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> Any:
+        choices = [ai("", calls=[("Answer", {"value": i}, f"s{i}")]) for i in (1, 2)]
+        return ChatResult(generations=[ChatGeneration(message=m) for m in choices])
+
+
+async def test_every_choice_of_a_structured_output_call_is_its_answer(store):
+    journal = RunJournal(event_store=store)
+    answer = (
+        await TwoChoices().with_structured_output(Answer).ainvoke("q", {"callbacks": [journal]})
+    )
+    assert answer == Answer(value=1)
+    await journal.flush()
+    sequence, _ = await stored(journal)
+    assert sequence.count("llm.ai.response") == 2
+    assert "tool.unresolved" not in sequence
