@@ -357,15 +357,6 @@ class RunJournal(GraphCallbackHandler):
                 self._runs[getattr(run_id, "int", run_id)] = state
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
-                    if state.resumed and state.new_humans.state_seen:
-                        # Calls the paused run asked for and left unanswered: a node of this
-                        # run may answer them without a tool (a human rejecting the call).
-                        calls = mapping.unanswered_tool_calls(inputs)
-                        if calls:
-                            with self._lock:
-                                state.outcomes.carry(calls)
-                if state.outcomes.carried and mapping.is_graph_node(kwargs):
-                    state.answering_nodes.add(getattr(run_id, "int", run_id))
             return
         if self._joined_caller_run(run_id):
             return
@@ -465,35 +456,8 @@ class RunJournal(GraphCallbackHandler):
             self._end_run(run_id, outputs, None)
         else:
             state = self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
-            if state is None:
-                return
-            if not state.new_humans.state_seen:
+            if state is not None and not state.new_humans.state_seen:
                 state.new_humans.saw_outputs(outputs)
-            if state.answering_nodes:  # only in a resumed run, until a node answers
-                with self._lock:
-                    answered = self._answer_carried(state, run_id, outputs)
-                if answered:
-                    self._writer.changed(state)
-
-    def _answer_carried(self, state: RunState, run_id: UUID, outputs: Any) -> bool:
-        """Write ``llm.tool.result`` for each tool message in a graph node's outputs that
-        answers a call an earlier run left open (call with the lock held); True if any was.
-
-        Only a node's own outputs count: the prompts and states a resumed run passes around
-        also carry the answers of parallel calls that ended before the pause, written then.
-        """
-        key = getattr(run_id, "int", run_id)
-        if key not in state.answering_nodes:
-            return False
-        state.answering_nodes.discard(key)
-        written = False
-        for message in mapping.messages_in(outputs):
-            if isinstance(message, ToolMessage) and state.outcomes.answered_carried(
-                message.tool_call_id
-            ):
-                self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
-                written = True
-        return written
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no
@@ -644,7 +608,6 @@ class RunJournal(GraphCallbackHandler):
         with self._lock:
             state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
             if state is not None and state.root == event.run_id:
-                state.resumed = True
                 self._emit(state, mapping.run_resume_event(event))
 
     # -- models --------------------------------------------------------------------------------

@@ -483,8 +483,8 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
         pass
     elif isinstance(inputs, Command):
         inputs = {"messages": _update_messages(inputs.update)}
-    else:
-        inputs = _state_fields(inputs) or inputs  # a pydantic or dataclass graph state
+    elif (state := _state_fields(inputs)) is not None:
+        inputs = state  # a pydantic or dataclass graph state
     if type(inputs) is dict or isinstance(inputs, Mapping):
         objects = [m for k, v in inputs.items() if k != "messages" for m in _message_list(v)]
         inputs = inputs.get("messages")
@@ -504,36 +504,6 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
         if isinstance(message, HumanMessage):
             texts.append(message_text(message))
     return objects, texts
-
-
-def is_graph_node(chain_start_kwargs: Mapping[str, Any]) -> bool:
-    """Whether a chain start is a LangGraph node's (named as the node it runs), not a
-    runnable inside one."""
-    metadata = chain_start_kwargs.get("metadata")
-    name = chain_start_kwargs.get("name")
-    return bool(metadata) and name is not None and metadata.get("langgraph_node") == name
-
-
-def unanswered_tool_calls(state: Any) -> list[Mapping[str, Any]]:
-    """The calls of the AI message ending a graph state (tool messages aside) that no tool
-    message after it answers: a paused run's calls. Only the state's tail is read."""
-    if type(state) is dict and state.get("__type") == "tool_call_with_context":
-        state = state.get("state")
-    state = _state_fields(state) or state
-    if not isinstance(state, Mapping):
-        return []
-    messages = state.get("messages")
-    if not isinstance(messages, list | tuple):
-        return []
-    answered: set[Any] = set()
-    for message in reversed(messages):
-        if isinstance(message, ToolMessage):
-            answered.add(message.tool_call_id)
-        elif isinstance(message, AIMessage) and message.tool_calls:
-            return [call for call in message.tool_calls if call.get("id") not in answered]
-        else:  # anything else after the calls: the conversation moved on
-            return []
-    return []
 
 
 def completion_usage(llm_output: Mapping[str, Any] | None) -> dict[str, int] | None:

@@ -17,16 +17,13 @@ class ToolCallOutcomes:
     model call, or the run's end): a retry that succeeds replaces it with its result.
     """
 
-    __slots__ = ("carried", "held", "pending")
+    __slots__ = ("held", "pending")
 
     def __init__(self) -> None:
         #: Requested calls without an outcome: id -> (tool name, the control flow that stopped it).
         self.pending: dict[str, tuple[str | None, RunStatus | None]] = {}
         #: Held errors: id -> (caller, its ``tool.error``), until the call cannot be retried.
         self.held: dict[str, tuple[str, Mapping[str, Any]]] = {}
-        #: Calls an earlier run requested and left without an outcome, which this resumed run
-        #: may answer: their earlier run reported them, so they never end as unresolved here.
-        self.carried: set[str] = set()
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
         """Start waiting for an outcome of each call (calls without an id cannot be matched)."""
@@ -40,23 +37,7 @@ class ToolCallOutcomes:
         if tool_call_id is None:
             return False
         self.held.pop(tool_call_id, None)
-        if self.carried:
-            self.carried.discard(tool_call_id)
         return self.pending.pop(tool_call_id, False) is not False
-
-    def carry(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
-        """Note calls of an earlier run, left without an outcome, that this run may answer."""
-        for call in tool_calls:
-            call_id = call.get("id")
-            if isinstance(call_id, str) and call_id and call_id not in self.pending:
-                self.carried.add(call_id)
-
-    def answered_carried(self, tool_call_id: str | None) -> bool:
-        """End a carried call that a node of this run answered; False if it is not carried."""
-        if tool_call_id not in self.carried:
-            return False
-        self.carried.discard(tool_call_id)
-        return True
 
     def answered_without_callback(self, tool_call_id: str | None) -> bool:
         """End a call that a message answers though no tool callback saw it (LangGraph's

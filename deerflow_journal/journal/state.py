@@ -136,9 +136,6 @@ class RunState:
     new_humans: NewHumans = field(default_factory=NewHumans)
     human_written: bool = False  # the run's one ``llm.human.input`` is written
     on_thread: bool = False  # the root config names a LangGraph thread (a checkpoint to resume)
-    resumed: bool = False  # LangGraph resumed the run from a checkpoint (``on_resume``)
-    # Graph nodes started while calls of an earlier run are open: their outputs may answer them.
-    answering_nodes: set[Hashable] = field(default_factory=set)
     memory_recorded: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)

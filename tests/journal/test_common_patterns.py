@@ -1,5 +1,5 @@
 """Common patterns a first week of use meets: structured output, a chain given the journal
-inside a node, a tool call rejected on resume, dataclass state, usage in `llm_output`."""
+inside a node, tool calls across a pause, dataclass state, usage in `llm_output`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -79,8 +79,7 @@ async def test_a_structured_output_call_leaves_no_unresolved_tool_call(store):
 
 
 def review_graph(model: ScriptedChatModel, *, pauses: int = 1) -> Any:
-    """Agent -> review (``pauses`` interrupts) -> the tool on "approve", the rejection as the
-    call's answer on "reject", the end on anything else."""
+    """Agent -> review (``pauses`` interrupts) -> the tool on "approve", the end otherwise."""
 
     def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
@@ -90,16 +89,11 @@ def review_graph(model: ScriptedChatModel, *, pauses: int = 1) -> Any:
         answer = None
         for _ in range(pauses):
             answer = interrupt({"tool_call": call})
-        if answer == "approve":
-            return Command(goto="tools")
-        if answer == "reject":
-            rejected = ToolMessage("Rejected by the user", tool_call_id=call["id"], name="add")
-            return Command(goto="agent", update={"messages": [rejected]})
-        return Command(goto=END)
+        return Command(goto="tools" if answer == "approve" else END)
 
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
-    builder.add_node("review", review, destinations=("tools", "agent", END))
+    builder.add_node("review", review, destinations=("tools", END))
     builder.add_node("tools", ToolNode([add]))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges(
@@ -115,24 +109,6 @@ def outcomes(events: list[Any]) -> list[tuple[str, str]]:
     return [
         (e["event_type"], e["metadata"]["tool_call_id"]) for e in events if e["event_type"] in kinds
     ]
-
-
-async def test_a_tool_call_rejected_on_resume_keeps_its_answer(store):
-    model = ScriptedChatModel(
-        messages=iter([ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("OK, I won't.")])
-    )
-    graph = review_graph(model)
-    journal = RunJournal(event_store=store)
-    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "review"}}
-    await graph.ainvoke({"messages": [HumanMessage("What is 1 + 2?")]}, config)
-    await graph.ainvoke(Command(resume="reject"), config)
-    await journal.flush()
-    messages = await store.list_messages("review", limit=100)
-    assert humans(messages) == ["What is 1 + 2?"]
-    results = [m["content"]["content"] for m in messages if m["event_type"] == "llm.tool.result"]
-    assert results == ["Rejected by the user"]
-    events = await store.list_events("review", None, limit=100)
-    assert outcomes(events) == [("tool.unresolved", "c1"), ("llm.tool.result", "c1")]
 
 
 @pytest.mark.parametrize("pauses", [1, 2])
