@@ -78,20 +78,33 @@ def tool_turn(i: int) -> tuple[LLMResult, ToolMessage]:
     return result, ToolMessage(f"sunny {i}", tool_call_id=call_id, name="weather")
 
 
+Ids = tuple[uuid.UUID, list[tuple[uuid.UUID, uuid.UUID]]]  # a run's root, model and tool runs
+
+
+def run_ids(turns: int) -> Ids:
+    """Fresh LangChain run ids for one simulated run of ``turns`` turns."""
+    return uuid.uuid4(), [(uuid.uuid4(), uuid.uuid4()) for _ in range(turns)]
+
+
+def drive(journal: RunJournal, turns: list[tuple[LLMResult, ToolMessage]], ids: Ids) -> None:
+    """Make the callbacks of one simulated run."""
+    root, calls = ids
+    journal.on_chain_start(None, {}, run_id=root, name="agent", metadata={"thread_id": "bench"})
+    for (model_run, tool_run), (result, output) in zip(calls, turns, strict=True):
+        journal.on_chat_model_start({}, PROMPT, run_id=model_run, parent_run_id=root)
+        journal.on_llm_end(result, run_id=model_run, parent_run_id=root)
+        journal.on_tool_end(output, run_id=tool_run, parent_run_id=root)
+    journal.on_chain_end({"messages": []}, run_id=root)
+
+
 def simulated_run(journal: RunJournal, turns: list[tuple[LLMResult, ToolMessage]]) -> float:
     """Drive one run through the callbacks; return the CPU seconds spent inside them.
 
     CPU time of this thread, not wall time, so other processes on the machine do not count.
     """
-    root = uuid.uuid4()
-    ids = [(uuid.uuid4(), uuid.uuid4()) for _ in turns]
+    ids = run_ids(len(turns))
     started = time.thread_time()
-    journal.on_chain_start(None, {}, run_id=root, name="agent", metadata={"thread_id": "bench"})
-    for (model_run, tool_run), (result, output) in zip(ids, turns, strict=True):
-        journal.on_chat_model_start({}, PROMPT, run_id=model_run, parent_run_id=root)
-        journal.on_llm_end(result, run_id=model_run, parent_run_id=root)
-        journal.on_tool_end(output, run_id=tool_run, parent_run_id=root)
-    journal.on_chain_end({"messages": []}, run_id=root)
+    drive(journal, turns, ids)
     return time.thread_time() - started
 
 
@@ -108,6 +121,27 @@ async def callback_cost(runs: int) -> float:
         await asyncio.sleep(0)  # let the background write of this run go
     await journal.flush()
     return inside / (runs * CALLBACKS_PER_RUN) * 1e6
+
+
+async def count_callbacks(runs: int) -> None:
+    """In a callgrind child: count the instructions of ``runs`` simulated runs' callbacks."""
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    turns = [tool_turn(i) for i in range(10)]
+    for _ in range(20):  # warm up
+        simulated_run(journal, turns)
+        await journal.flush()
+    ids = [run_ids(len(turns)) for _ in range(runs)]
+    with counted():  # callbacks only: the writes start once the loop runs, after the block
+        for run in ids:
+            drive(journal, turns, run)
+    await journal.flush()
+
+
+def callback_instructions(runs: int) -> float | None:
+    """Instructions per callback of ``runs`` simulated runs (None without valgrind)."""
+    child = [sys.executable, __file__, "--runs", str(runs), "--count-callbacks"]
+    counts = callgrind_counts({"callbacks": child})
+    return None if counts is None else counts["callbacks"] / (runs * CALLBACKS_PER_RUN)
 
 
 # -- end to end --------------------------------------------------------------------------------
@@ -462,6 +496,14 @@ async def main(runs: int, invocations: int, rounds: int, block: int, counted: in
     if counts is None:
         line("instructions", "not measured", "valgrind not found")
         return
+    per_callback = callback_instructions(runs)
+    if per_callback is not None:
+        line(
+            "instructions callback cost",
+            f"{per_callback / 1e3:.2f} k per callback",
+            f"callgrind, {runs} runs x {CALLBACKS_PER_RUN} callbacks, memory store; "
+            "what the timed callback cost counts, repeatable on a busy machine",
+        )
     base = counts["no callbacks"]
     line(
         f"instructions x{counted} no callbacks",
@@ -504,10 +546,13 @@ if __name__ == "__main__":
         help="also count instructions over N runs of each variant with valgrind (0: skip)",
     )
     parser.add_argument("--count-variant", help=argparse.SUPPRESS)  # one callgrind child
+    parser.add_argument("--count-callbacks", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.block < 1 or args.invocations < 1 or args.instructions < 0:
         parser.error("--block and --invocations must be at least 1, --instructions at least 0")
     if args.count_variant is not None:
         asyncio.run(count_one(args.count_variant, args.invocations))
+    elif args.count_callbacks:
+        asyncio.run(count_callbacks(args.runs))
     else:
         asyncio.run(main(args.runs, args.invocations, args.rounds, args.block, args.instructions))

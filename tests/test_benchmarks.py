@@ -51,6 +51,13 @@ def test_the_journal_benchmark_prints_every_timed_figure():
     assert "instructions" not in out
 
 
+@pytest.mark.slow
+def test_the_journal_benchmark_counts_the_instructions_of_the_callbacks():
+    out = run_benchmark("--instructions", "1")
+    assert re.search(r"instructions callback cost: [\d.]+ k per callback", out)
+    assert re.search(r"instructions x1 journal\+memory: [\d.]+x no callbacks", out)
+
+
 def test_the_journal_benchmark_says_when_it_cannot_count_instructions(tmp_path):
     out = run_benchmark("--instructions", "1", path=str(tmp_path))  # no valgrind on PATH
     assert "instructions: not measured  (valgrind not found)" in out
