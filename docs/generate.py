@@ -167,7 +167,11 @@ FIELD_NOTES: dict[str, dict[str, str]] = {
         "content.response_metadata": "Provider metadata, e.g. `model_name`.",
         "metadata.usage": "The message's `usage_metadata` (`{}` when it has none).",
         "metadata.latency_ms": "Milliseconds the call took; null if its start was not seen.",
-        "metadata.llm_call_index": "1-based model call number within the run.",
+        "metadata.llm_call_index": (
+            "1-based model call number within the run. Every call started takes one, a failed "
+            "attempt that a retry or fallback replaced too; the run summary's `llm_call_count` "
+            "counts the calls that answered."
+        ),
     },
     "llm.tool.result": {
         "content": "The `ToolMessage` (or message of a `Command` update) as its `model_dump()`.",
