@@ -108,13 +108,19 @@ def simulated_run(journal: RunJournal, turns: list[tuple[LLMResult, ToolMessage]
     return time.thread_time() - started
 
 
-async def callback_cost(runs: int) -> float:
-    """Microseconds per callback over ``runs`` simulated runs on the memory store."""
+async def warmed_journal() -> tuple[RunJournal, list[tuple[LLMResult, ToolMessage]]]:
+    """A journal on the memory store after 20 simulated runs, and the turns of a run."""
     journal = RunJournal(event_store=MemoryRunEventStore())
     turns = [tool_turn(i) for i in range(10)]
-    for _ in range(20):  # warm up
+    for _ in range(20):
         simulated_run(journal, turns)
         await journal.flush()
+    return journal, turns
+
+
+async def callback_cost(runs: int) -> float:
+    """Microseconds per callback over ``runs`` simulated runs on the memory store."""
+    journal, turns = await warmed_journal()
     inside = 0.0
     for _ in range(runs):
         inside += simulated_run(journal, turns)
@@ -125,11 +131,7 @@ async def callback_cost(runs: int) -> float:
 
 async def count_callbacks(runs: int) -> None:
     """In a callgrind child: count the instructions of ``runs`` simulated runs' callbacks."""
-    journal = RunJournal(event_store=MemoryRunEventStore())
-    turns = [tool_turn(i) for i in range(10)]
-    for _ in range(20):  # warm up
-        simulated_run(journal, turns)
-        await journal.flush()
+    journal, turns = await warmed_journal()
     ids = [run_ids(len(turns)) for _ in range(runs)]
     with counted():  # callbacks only: the writes start once the loop runs, after the block
         for run in ids:
