@@ -363,9 +363,9 @@ class RunJournal(GraphCallbackHandler):
         WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
 
     def _joined_caller_run(self, run_id: UUID) -> bool:
-        """A chain given the journal as its own callbacks inside a node of a run in progress
-        (``chain.invoke(x, {"callbacks": [journal]})``) is part of that run, as a model or
-        tool called so is (``_start_leaf``); True if it joined one."""
+        """A root call given the journal as its own callbacks inside a node of a run in
+        progress (``chain.invoke(x, {"callbacks": [journal]})``, a model or tool alike) is
+        part of that run; True if it joined one."""
         with self._lock:
             active = self._caller_run()
             if active is None or active.ended:
@@ -627,11 +627,8 @@ class RunJournal(GraphCallbackHandler):
         ``{"callbacks": [journal]}``) is part of that run instead. Its workspace snapshot is
         waited for only under a sync dispatcher: an async one would block its event loop.
         """
-        with self._lock:
-            active = self._caller_run()
-            if active is not None and not active.ended:
-                self._runs[getattr(run_id, "int", run_id)] = active
-                return
+        if self._joined_caller_run(run_id):
+            return
         name = mapping.chain_name(serialized, kwargs.get("name"))
         snapshot = self._start_run(run_id, name, tags, metadata, inputs)
         if snapshot is not None and dispatched_synchronously():

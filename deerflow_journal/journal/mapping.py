@@ -576,19 +576,15 @@ def ai_response_event(
 
 
 def schema_name(structured_output_format: Any) -> str | None:
-    """The tool name a ``with_structured_output`` call's schema answers with (LangChain's
-    ``ls_structured_output_format``), ``None`` if unknown (then no call is a tool's)."""
+    """The tool name a ``with_structured_output`` call's schema answers with: the title of
+    the JSON schema LangChain passes as ``ls_structured_output_format`` (``None``: unknown,
+    then no call of the response is a tool's)."""
     schema = (
         structured_output_format.get("schema")
         if isinstance(structured_output_format, Mapping)
         else None
     )
-    if not isinstance(schema, Mapping):
-        return None
-    function = schema.get("function")
-    if isinstance(function, Mapping):  # an OpenAI tool dict
-        schema = function
-    name = schema.get("title") or schema.get("name")
+    name = schema.get("title") if isinstance(schema, Mapping) else None
     return name if isinstance(name, str) else None
 
 
