@@ -83,8 +83,9 @@ def _timestamped(event: dict[str, Any]) -> dict[str, Any]:
 def _takes_journal_batches(store: Any) -> bool:
     """True for our own stores whose public writes are not overridden."""
     cls = type(store)
+    # The class's MRO, not isinstance(): an ABC's instance check costs every journal a lot.
     return (
-        isinstance(store, RunEventStore)
+        RunEventStore in cls.__mro__
         and cls.put_batch is RunEventStore.put_batch
         and cls.put_run_summary is RunEventStore.put_run_summary
     )
@@ -285,10 +286,9 @@ class EventBuffer:
         self._room = max_buffered
         #: Events that could not be spilled (nor stored): dropped by the next write.
         self._unspillable: list[tuple[dict[str, Any], Exception]] = []
-        #: Told the events a store refused (after they are logged and dropped).
-        #: Told of the events dropped for good: a weak reference to its owner's method, so that
-        #: the owner (which holds this buffer) is freed as soon as it is dropped.
-        self.on_dropped: weakref.WeakMethod[Callable[[list[dict[str, Any]]], None]] | None = None
+        #: Told of the events dropped for good (after they are logged): it must hold its
+        #: owner (which holds this buffer) weakly, so that the owner is freed once dropped.
+        self.on_dropped: Callable[[list[dict[str, Any]]], None] | None = None
         self._summaries: dict[tuple[str, str], SummaryBuilder] = {}
         #: Summaries held at most while writes fail; the next write moves them to a file.
         self.max_summaries = max(10, max_buffered // 100)
@@ -703,9 +703,8 @@ class EventBuffer:
                 why,
                 error,
             )
-        told = None if self.on_dropped is None else self.on_dropped()
-        if told is not None:
-            told(events)  # their runs' summaries change: written next
+        if self.on_dropped is not None:
+            self.on_dropped(events)  # their runs' summaries change: written next
         with self._lock:
             self._write_all = True
 

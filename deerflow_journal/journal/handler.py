@@ -7,6 +7,7 @@ becomes, ``usage`` counts tokens, ``outcomes`` tracks tool calls and ``writer`` 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -90,6 +91,21 @@ def _checked_store(store: Any) -> Any:
     return store
 
 
+def _check_count(name: str, value: object) -> None:
+    """Raise unless ``value`` is an int (not a bool) of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+def _tell_dropped(journal: weakref.ref[RunJournal], events: list[dict[str, Any]]) -> None:
+    """Count the dropped ``events`` in the journal, if it still exists."""
+    alive = journal()
+    if alive is not None:
+        alive._events_dropped(events)
+
+
 class RunJournal(GraphCallbackHandler):
     """Journals LangChain and LangGraph runs as catalog events plus a ``RunSummary``.
 
@@ -145,19 +161,17 @@ class RunJournal(GraphCallbackHandler):
         workspace_roots: Iterable[WorkspaceRoot] | None = None,
         workspace_limits: WorkspaceChangeLimits | None = None,
     ) -> None:
-        if isinstance(flush_threshold, bool) or not isinstance(flush_threshold, int):
-            raise TypeError(f"flush_threshold must be an int, got {flush_threshold!r}")
-        if flush_threshold < 1:
-            raise ValueError(f"flush_threshold must be at least 1, got {flush_threshold}")
-        if isinstance(max_buffered_events, bool) or not isinstance(max_buffered_events, int):
-            raise TypeError(f"max_buffered_events must be an int, got {max_buffered_events!r}")
-        if max_buffered_events < 1:
-            raise ValueError(f"max_buffered_events must be at least 1, got {max_buffered_events}")
+        # The defaults are plain ints: only other values need the full checks.
+        if type(flush_threshold) is not int or flush_threshold < 1:
+            _check_count("flush_threshold", flush_threshold)
+        if type(max_buffered_events) is not int or max_buffered_events < 1:
+            _check_count("max_buffered_events", max_buffered_events)
         if progress_flush_interval < 0:
             raise ValueError("progress_flush_interval must not be negative")
-        for name, value in (("run_id", run_id), ("thread_id", thread_id)):
-            if value is not None:
-                check_text(value, name)
+        if run_id is not None:
+            check_text(run_id, "run_id")
+        if thread_id is not None:
+            check_text(thread_id, "thread_id")
         self._run_id = run_id
         self._thread_id = thread_id
         self.track_token_usage = track_token_usage
@@ -189,7 +203,8 @@ class RunJournal(GraphCallbackHandler):
             max_buffered_events=max_buffered_events,
         )
         self._buffer = self._writer.buffer
-        self._buffer.on_dropped = weakref.WeakMethod(self._events_dropped)
+        # Weakly: the buffer may outlive the journal (a write still running, say).
+        self._buffer.on_dropped = functools.partial(_tell_dropped, weakref.ref(self))
 
     # -- properties --------------------------------------------------------------------------
 
