@@ -24,6 +24,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
 from deerflow_journal.journal import mapping
+from deerflow_journal.journal.buffer import SummaryBuilder
 from deerflow_journal.journal.loops import (
     dispatched_synchronously,
     looked_up_by_async_dispatcher,
@@ -75,6 +76,23 @@ def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
     except ValueError as exc:
         logger.warning("ignoring the config's thread_id (%s); using the run id", exc)
         return None
+
+
+def _summary_builder(lock: threading.Lock, state: RunState) -> SummaryBuilder:
+    """What builds a run's summary under the journal's ``lock`` (not the journal itself: the
+    run's state keeps it, and the journal must stay free to be dropped)."""
+
+    def build(timeout: float = -1, *, locked: bool = False) -> dict[str, Any]:
+        if locked:
+            return state.summary_json()
+        if not lock.acquire(timeout=timeout):
+            raise TimeoutError("the journal's lock is held")
+        try:
+            return state.summary_json()
+        finally:
+            lock.release()
+
+    return build
 
 
 def _checked_store(store: Any) -> Any:
@@ -275,18 +293,10 @@ class RunJournal(GraphCallbackHandler):
 
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""
-
-        def build(timeout: float = -1, *, locked: bool = False) -> dict[str, Any]:
-            if locked:
-                return state.summary_json()
-            if not self._lock.acquire(timeout=timeout):
-                raise TimeoutError("the journal's lock is held")
-            try:
-                return state.summary_json()
-            finally:
-                self._lock.release()
-
-        self._writer.queue_summary(state, build)
+        build = state.summary_builder
+        if build is None:  # made once per run: a run queues its summary at least twice
+            build = state.summary_builder = _summary_builder(self._lock, state)
+        self._buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
 
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
         return (

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any
 
-from deerflow_journal.journal.buffer import EventBuffer, SummaryBuilder
+from deerflow_journal.journal.buffer import EventBuffer
 from deerflow_journal.journal.loops import background_loop, running_loop
 from deerflow_journal.journal.progress import ProgressThrottle
 from deerflow_journal.journal.state import RunState
@@ -125,10 +125,6 @@ class JournalWriter:
         return (None if sync else self.store_loop()) or self.caller_loop(sync)
 
     # -- memory only (called under the journal's lock) -----------------------------------
-
-    def queue_summary(self, state: RunState, build: SummaryBuilder) -> None:
-        """Queue the run's summary, built by ``build`` when it is written."""
-        self.buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
 
     def changed(self, state: RunState) -> None:
         """Tell the progress reporter that the run's completion data changed."""
