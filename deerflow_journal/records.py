@@ -254,7 +254,9 @@ _STORED_TIMESTAMP = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}\+00:00"
 )
 _VALID_SECONDS: dict[str, None] = {}
-_SECOND_PREFIXES: dict[int, str] = {}  # "YYYY-MM-DDTHH:MM:SS" of recent epoch seconds
+# "YYYY-MM-DDTHH:MM:SS." of recent epoch seconds, keyed by the whole second as a float.
+_SECOND_PREFIXES: dict[float, str] = {}
+_THREE_DIGITS = [f"{n:03d}" for n in range(1000)]  # microseconds as two halves: no formatting
 
 
 def utc_timestamp(seconds: float) -> str:
@@ -263,18 +265,24 @@ def utc_timestamp(seconds: float) -> str:
     Microseconds are rounded as ``datetime.fromtimestamp`` rounds them.
     """
     fraction, whole = math.modf(seconds)
-    second, micro = int(whole), round(fraction * 1e6)
+    micro = round(fraction * 1e6)  # NaN raises here, as int(whole) would
     if micro >= 1_000_000:
-        second, micro = second + 1, micro - 1_000_000
+        whole, micro = whole + 1, micro - 1_000_000
     elif micro < 0:
-        second, micro = second - 1, micro + 1_000_000
-    prefix = _SECOND_PREFIXES.get(second)
+        whole, micro = whole - 1, micro + 1_000_000
+    prefix = _SECOND_PREFIXES.get(whole)
     if prefix is None:
-        if len(_SECOND_PREFIXES) >= 1024:
-            _SECOND_PREFIXES.clear()
-        prefix = datetime.fromtimestamp(second, UTC).isoformat()[:19]
-        _SECOND_PREFIXES[second] = prefix
-    return f"{prefix}.{micro:06d}+00:00"
+        prefix = _second_prefix(whole)
+    return f"{prefix}{_THREE_DIGITS[micro // 1000]}{_THREE_DIGITS[micro % 1000]}+00:00"
+
+
+def _second_prefix(whole: float) -> str:
+    """The cached ``"YYYY-MM-DDTHH:MM:SS."`` of an epoch second."""
+    second = int(whole)  # an infinity raises OverflowError here
+    if len(_SECOND_PREFIXES) >= 1024:
+        _SECOND_PREFIXES.clear()
+    prefix = _SECOND_PREFIXES[whole] = datetime.fromtimestamp(second, UTC).isoformat()[:19] + "."
+    return prefix
 
 
 def normalise_created_at(value: datetime | str | None, field: str = "created_at") -> str:
@@ -570,6 +578,7 @@ def normalise_batch(
 #: (event type, category) pairs found valid: ``check_text`` depends on nothing else, and a
 #: journal writes a few kinds over and over.
 _VALID_KINDS: set[tuple[str, str]] = set()
+_UNCHECKED = object()  # no event's id
 
 
 def normalise_journal_batch(
@@ -592,8 +601,12 @@ def normalise_journal_batch(
     if type(events) is list:
         pending = []
         ids: set[tuple[str, str, str | None]] = set()  # (thread, run, user) found valid
+        last: list[Any] = [_UNCHECKED] * 3  # the last of those, compared by identity
+        uncut = _uncut_length(max_trace_content, max_outputs_content)
         for event in events:
-            found = _journal_event(event, ids, max_trace_content, max_outputs_content, default)
+            found = _journal_event(
+                event, ids, last, uncut, max_trace_content, max_outputs_content, default
+            )
             if found is None:
                 break
             pending.append(found)
@@ -605,6 +618,16 @@ def normalise_journal_batch(
         max_outputs_content=max_outputs_content,
         default=default,
     )
+
+
+def _uncut_length(*limits: int | None) -> int:
+    """The longest content JSON that no limit can cut, whatever its category (-1: none)."""
+    # A character of JSON text is at most 4 bytes of the UTF-8 that ``_cut`` measures, and
+    # decoding a JSON string gives no more characters than its text has.
+    if any(type(n) is not int for n in limits if n is not None):
+        return -1  # not a store's checked limit: ``_cut`` decides every event
+    known = [n for n in limits if n is not None]
+    return min(known) // 4 if known else JSON_MAX_LENGTH
 
 
 def _dated(event: Any) -> Any:
@@ -620,6 +643,8 @@ def _dated(event: Any) -> Any:
 def _journal_event(
     event: Any,
     ids: set[tuple[str, str, str | None]],
+    last: list[Any],
+    uncut: int,
     max_trace_content: int | None,
     max_outputs_content: int | None,
     default: Callable[[Any], Any],
@@ -627,21 +652,19 @@ def _journal_event(
     """``normalise_event`` of a journal's event, or ``None`` if it is not of the usual shape
     (``normalise_event`` then decides it)."""
     try:
-        if type(event) is not dict or not _ALLOWED_KEYS.issuperset(event):
+        # Eight keys, all read below (a missing one raises KeyError): the allowed keys exactly.
+        if type(event) is not dict or len(event) != 8:
             return None
         thread_id, run_id, user_id = event["thread_id"], event["run_id"], event["user_id"]
         event_type, category = event["event_type"], event["category"]
-        # Plain str only: the caches below would take an object equal to a checked id for it.
-        if type(thread_id) is not str or type(run_id) is not str or type(event_type) is not str:
+        # The very objects of the last event checked: a journal's batch is mostly one run's.
+        if thread_id is not last[0] or run_id is not last[1] or user_id is not last[2]:
+            if not _valid_ids(thread_id, run_id, user_id, ids):
+                return None
+            last[:] = thread_id, run_id, user_id
+        # Plain str only: the cache below would take an object equal to a checked kind for it.
+        if type(event_type) is not str or type(category) is not str:
             return None
-        if type(category) is not str or (user_id is not None and type(user_id) is not str):
-            return None
-        if (thread_id, run_id, user_id) not in ids:
-            check_text(thread_id, "thread_id")
-            check_text(run_id, "run_id")
-            if user_id is not None:
-                check_text(user_id, "user_id")
-            ids.add((thread_id, run_id, user_id))
         if (event_type, category) not in _VALID_KINDS:
             check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
             check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)
@@ -650,17 +673,27 @@ def _journal_event(
             _VALID_KINDS.add((event_type, category))
         created_at = event["created_at"]
         metadata = event["metadata"]
-        if created_at is None or type(metadata) is not dict:
-            return None  # a batch's shared now, an empty or copied metadata: not here
+        if type(metadata) is not dict:
+            return None  # an empty or copied metadata: not here
         if type(created_at) is float:
             created_at = utc_timestamp(created_at)  # a stored timestamp as it is made
+        elif created_at is None:
+            return None  # a batch's shared now: not here
         else:
             created_at = normalise_created_at(created_at)
         content = event["content"]
-        content_json = encode_json(content, default)
-        content_json, metadata = _cut(
-            category, content, content_json, metadata, max_trace_content, max_outputs_content
-        )
+        # encode_json, inlined: this is the write path of every journal event.
+        try:
+            content_json = orjson.dumps(content, default=default, option=_ORJSON_OPTIONS).decode()
+        except TypeError:
+            content_json = encode_json(content, default)
+        else:
+            if "\\" in content_json and "\\u0000" in content_json:
+                content_json = encode_json(content, default)
+        if len(content_json) > uncut:
+            content_json, metadata = _cut(
+                category, content, content_json, metadata, max_trace_content, max_outputs_content
+            )
         # orjson alone (no TypeError, no U+0000 to clean): every key is a str, and a str value
         # decodes as itself, so task_id and caller are read without decoding the metadata.
         metadata_json = orjson.dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()
@@ -687,6 +720,24 @@ def _journal_event(
         task_id,
         caller,
     )
+
+
+def _valid_ids(
+    thread_id: Any, run_id: Any, user_id: Any, ids: set[tuple[str, str, str | None]]
+) -> bool:
+    """Whether a journal's event ids are plain valid strings (``check_text`` raises if not)."""
+    # Plain str only: ``ids`` would take an object equal to a checked id for it.
+    if type(thread_id) is not str or type(run_id) is not str:
+        return False
+    if user_id is not None and type(user_id) is not str:
+        return False
+    if (thread_id, run_id, user_id) not in ids:
+        check_text(thread_id, "thread_id")
+        check_text(run_id, "run_id")
+        if user_id is not None:
+            check_text(user_id, "user_id")
+        ids.add((thread_id, run_id, user_id))
+    return True
 
 
 def check_max_trace_content(value: int | None, name: str = "max_trace_content") -> int | None:
