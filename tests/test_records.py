@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 from datetime import UTC, datetime, timedelta, timezone
@@ -146,12 +147,22 @@ def test_created_at_in_the_stored_form_needs_ascii_digits():
 
 def test_utc_timestamp_is_the_stored_form_of_what_fromtimestamp_gives():
     rng = random.Random(7)
-    values = [0.0, 1.5, 0.9999995, 1_796_000_000.0000005, 1_796_000_000.9999995]
+    values = [0.0, -0.0, 1.5, 0.9999995, 1_796_000_000.0000005, 1_796_000_000.9999995]
+    # Microseconds that round into the next second, the previous one, or across a day.
+    values += [-0.5e-6, -1.0000004, -1.9999996, 86_399.9999996, 1_796_083_199.9999997]
     values += [rng.uniform(1.6e9, 1.9e9) for _ in range(20_000)]
     for seconds in values:
         stamp = utc_timestamp(seconds)
         assert stamp == datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")
         assert normalise_created_at(stamp) == stamp
+
+
+def test_utc_timestamp_refuses_what_fromtimestamp_refuses():
+    with pytest.raises(ValueError):
+        utc_timestamp(math.nan)
+    for infinite in (math.inf, -math.inf):
+        with pytest.raises(OverflowError):
+            utc_timestamp(infinite)
 
 
 def test_created_at_of_another_type_is_a_type_error():
