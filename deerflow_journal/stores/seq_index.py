@@ -69,22 +69,29 @@ class ThreadIndexes(Generic[R]):
     def __init__(self, fields: RowFields[R]) -> None:
         self._fields = fields
         self._indexes: dict[tuple[str, str | None, str | None], SeqIndex[R]] = {}
-        # The indexes a row of (run, user, is message) goes to, looked up once per key.
-        self._targets: dict[tuple[str, str | None, bool], list[SeqIndex[R]]] = {}
+        # How a row of (run, user, is message) is added: the ``append`` of each index's seqs
+        # and rows (lists never replaced), looked up once per key: every write goes through.
+        self._targets: dict[
+            tuple[str, str | None, bool], list[tuple[Callable[[int], None], Callable[[R], None]]]
+        ] = {}
 
     def add(self, row: R, seq: int, run_id: str, user_id: str | None, is_message: bool) -> None:
         """Add a row whose ``seq`` is above every seq of the thread so far."""
         targets = self._targets.get((run_id, user_id, is_message))
         if targets is None:
             kinds = ("events", "messages") if is_message else ("events",)
-            targets = self._targets[run_id, user_id, is_message] = [
+            indexes = [
                 self._indexes.setdefault((kind, run, user), SeqIndex())
                 for user in {None, user_id}
                 for run in (None, run_id)
                 for kind in kinds
             ]
-        for index in targets:
-            index.add(seq, row)
+            targets = self._targets[run_id, user_id, is_message] = [
+                (index.seqs.append, index.rows.append) for index in indexes
+            ]
+        for append_seq, append_row in targets:  # SeqIndex.add, inlined
+            append_seq(seq)
+            append_row(row)
 
     def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[R]:
         """The rows of ``kind``, optionally of one run and one user (an empty index if none)."""
