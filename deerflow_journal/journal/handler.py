@@ -79,8 +79,8 @@ def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
 
 
 def _summary_builder(lock: threading.Lock, state: RunState) -> SummaryBuilder:
-    """What builds a run's summary under the journal's ``lock`` (not the journal itself: the
-    run's state keeps it, and the journal must stay free to be dropped)."""
+    """What builds a run's summary under the journal's ``lock`` (it holds the lock, not the
+    journal: a buffer still writing must not keep the journal alive)."""
 
     def build(timeout: float = -1, *, locked: bool = False) -> dict[str, Any]:
         if locked:
@@ -293,9 +293,9 @@ class RunJournal(GraphCallbackHandler):
 
     def _queue_summary(self, state: RunState) -> None:
         """Queue the run's summary; it is built from the run's state when written."""
-        build = state.summary_builder
-        if build is None:  # made once per run: a run queues its summary at least twice
-            build = state.summary_builder = _summary_builder(self._lock, state)
+        # A new builder each time: a write keeps a summary it built only if the builder queued
+        # is still the one it built with (else the run changed meanwhile: the newer is kept).
+        build = _summary_builder(self._lock, state)
         self._buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
 
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:

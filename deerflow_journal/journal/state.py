@@ -146,8 +146,6 @@ class RunState:
     interrupt: GraphInterruptEvent | None = None
     unbound_events: list[Mapping[str, Any]] = field(default_factory=list)
     workspace_before: Any = None
-    #: Builds the run's summary when it is written (made at the first queueing).
-    summary_builder: Any = None
 
     @property
     def bound(self) -> bool:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables import RunnableLambda
 
 from deerflow_journal import (
     MemoryRunEventStore,
@@ -699,3 +701,45 @@ async def test_a_plain_invoke_on_the_loop_thread_during_a_write_is_written_right
         "llm.ai.response",
         "run.end",
     ]
+
+
+def test_a_run_that_ends_while_a_write_builds_its_summary_stores_the_final_one():
+    """A write that built a run's summary and finds it queued again keeps the newer one."""
+    store = MemoryRunEventStore()
+    journal = RunJournal(run_id="r", thread_id="t", event_store=store, flush_threshold=1)
+    buffer = journal._writer.buffer
+    caller = threading.current_thread()
+    real_put = buffer.put_summary
+    built_while_running: list[str] = []
+
+    wrapped: dict[int, tuple[Any, Any]] = {}  # one wrapper per builder: identity is kept
+
+    def put_summary(key: tuple[str, str], build: Any) -> None:
+        def slow_build(timeout: float = -1, *, locked: bool = False) -> dict[str, Any]:
+            data = build(timeout, locked=locked)
+            writing = not locked and threading.current_thread() is not caller
+            if writing and not built_while_running:  # hold the first write until the run ends
+                built_while_running.append(data["status"])
+                ticket = buffer._ticket
+                deadline = time.monotonic() + 5
+                while buffer._ticket == ticket and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return data
+
+        if id(build) not in wrapped or wrapped[id(build)][0] is not build:
+            wrapped[id(build)] = (build, slow_build)
+        real_put(key, wrapped[id(build)][1])
+
+    buffer.put_summary = put_summary  # type: ignore[method-assign]
+
+    def step(value: str) -> str:
+        deadline = time.monotonic() + 5  # the write run.start began builds the summary now
+        while not built_while_running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return value
+
+    RunnableLambda(step).invoke("x", {"callbacks": [journal]})
+    asyncio.run(journal.flush())
+    (summary,) = asyncio.run(store.list_run_summaries("t"))
+    assert built_while_running == ["running"]
+    assert summary.status == "success" and summary.ended_at is not None
