@@ -578,7 +578,6 @@ def normalise_batch(
 #: (event type, category) pairs found valid: ``check_text`` depends on nothing else, and a
 #: journal writes a few kinds over and over.
 _VALID_KINDS: set[tuple[str, str]] = set()
-_UNCHECKED = object()  # no event's id
 
 
 def normalise_journal_batch(
@@ -601,11 +600,10 @@ def normalise_journal_batch(
     if type(events) is list:
         pending = []
         ids: set[tuple[str, str, str | None]] = set()  # (thread, run, user) found valid
-        last: list[Any] = [_UNCHECKED] * 3  # the last of those, compared by identity
         uncut = _uncut_length(max_trace_content, max_outputs_content)
         for event in events:
             found = _journal_event(
-                event, ids, last, uncut, max_trace_content, max_outputs_content, default
+                event, ids, uncut, max_trace_content, max_outputs_content, default
             )
             if found is None:
                 break
@@ -643,7 +641,6 @@ def _dated(event: Any) -> Any:
 def _journal_event(
     event: Any,
     ids: set[tuple[str, str, str | None]],
-    last: list[Any],
     uncut: int,
     max_trace_content: int | None,
     max_outputs_content: int | None,
@@ -657,14 +654,17 @@ def _journal_event(
             return None
         thread_id, run_id, user_id = event["thread_id"], event["run_id"], event["user_id"]
         event_type, category = event["event_type"], event["category"]
-        # The very objects of the last event checked: a journal's batch is mostly one run's.
-        if thread_id is not last[0] or run_id is not last[1] or user_id is not last[2]:
-            if not _valid_ids(thread_id, run_id, user_id, ids):
-                return None
-            last[:] = thread_id, run_id, user_id
-        # Plain str only: the cache below would take an object equal to a checked kind for it.
-        if type(event_type) is not str or type(category) is not str:
+        # Plain str only: the caches below would take an object equal to a checked id for it.
+        if type(thread_id) is not str or type(run_id) is not str or type(event_type) is not str:
             return None
+        if type(category) is not str or (user_id is not None and type(user_id) is not str):
+            return None
+        if (thread_id, run_id, user_id) not in ids:
+            check_text(thread_id, "thread_id")
+            check_text(run_id, "run_id")
+            if user_id is not None:
+                check_text(user_id, "user_id")
+            ids.add((thread_id, run_id, user_id))
         if (event_type, category) not in _VALID_KINDS:
             check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
             check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)
@@ -673,24 +673,15 @@ def _journal_event(
             _VALID_KINDS.add((event_type, category))
         created_at = event["created_at"]
         metadata = event["metadata"]
-        if type(metadata) is not dict:
-            return None  # an empty or copied metadata: not here
+        if created_at is None or type(metadata) is not dict:
+            return None  # a batch's shared now, an empty or copied metadata: not here
         if type(created_at) is float:
             created_at = utc_timestamp(created_at)  # a stored timestamp as it is made
-        elif created_at is None:
-            return None  # a batch's shared now: not here
         else:
             created_at = normalise_created_at(created_at)
         content = event["content"]
-        # encode_json, inlined: this is the write path of every journal event.
-        try:
-            content_json = orjson.dumps(content, default=default, option=_ORJSON_OPTIONS).decode()
-        except TypeError:
-            content_json = encode_json(content, default)
-        else:
-            if "\\" in content_json and "\\u0000" in content_json:
-                content_json = encode_json(content, default)
-        if len(content_json) > uncut:
+        content_json = encode_json(content, default)
+        if len(content_json) > uncut:  # else no limit could cut it: _cut is skipped
             content_json, metadata = _cut(
                 category, content, content_json, metadata, max_trace_content, max_outputs_content
             )
@@ -720,24 +711,6 @@ def _journal_event(
         task_id,
         caller,
     )
-
-
-def _valid_ids(
-    thread_id: Any, run_id: Any, user_id: Any, ids: set[tuple[str, str, str | None]]
-) -> bool:
-    """Whether a journal's event ids are plain valid strings (``check_text`` raises if not)."""
-    # Plain str only: ``ids`` would take an object equal to a checked id for it.
-    if type(thread_id) is not str or type(run_id) is not str:
-        return False
-    if user_id is not None and type(user_id) is not str:
-        return False
-    if (thread_id, run_id, user_id) not in ids:
-        check_text(thread_id, "thread_id")
-        check_text(run_id, "run_id")
-        if user_id is not None:
-            check_text(user_id, "user_id")
-        ids.add((thread_id, run_id, user_id))
-    return True
 
 
 def check_max_trace_content(value: int | None, name: str = "max_trace_content") -> int | None:

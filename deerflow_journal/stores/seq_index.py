@@ -33,11 +33,6 @@ class SeqIndex(Generic[R]):
     seqs: list[int] = field(default_factory=list)
     rows: list[R] = field(default_factory=list)
 
-    def add(self, seq: int, row: R) -> None:
-        """Append a row whose ``seq`` is above every seq already here."""
-        self.seqs.append(seq)
-        self.rows.append(row)
-
     def page(self, page: MessagePage) -> list[R]:
         """The rows of a message page (see ``RunEventStore.list_messages``)."""
         lo = 0 if page.after_seq is None else bisect.bisect_right(self.seqs, page.after_seq)
@@ -89,7 +84,7 @@ class ThreadIndexes(Generic[R]):
             targets = self._targets[run_id, user_id, is_message] = [
                 (index.seqs.append, index.rows.append) for index in indexes
             ]
-        for append_seq, append_row in targets:  # SeqIndex.add, inlined
+        for append_seq, append_row in targets:
             append_seq(seq)
             append_row(row)
 
