@@ -6,7 +6,8 @@ Prints one line per figure:
 - callback cost: a simulated run driven by direct callback calls (root start, then 10 x [chat
   model start, LLM end with usage, tool end], root end) on the memory store, in microseconds
   of CPU time per callback spent inside the callbacks (writes happen between runs and are not
-  counted); the median of ``--rounds`` measurements of ``--runs`` runs;
+  counted); the median of ``--rounds`` measurements of ``--runs`` runs, beside the floor handler
+  (below) driven the same way in the same run, a baseline that does not depend on the machine;
 - end to end: one LangGraph agent (3 model calls, 2 tool calls per run, a model that answers
   at once) invoked with ``ainvoke`` without callbacks, with a no-op handler, with the
   contract's floor (``FloorHandler``: the least any journal does for these runs, a baseline
@@ -86,7 +87,9 @@ def run_ids(turns: int) -> Ids:
     return uuid.uuid4(), [(uuid.uuid4(), uuid.uuid4()) for _ in range(turns)]
 
 
-def drive(journal: RunJournal, turns: list[tuple[LLMResult, ToolMessage]], ids: Ids) -> None:
+def drive(
+    journal: BaseCallbackHandler, turns: list[tuple[LLMResult, ToolMessage]], ids: Ids
+) -> None:
     """Make the callbacks of one simulated run."""
     root, calls = ids
     journal.on_chain_start(None, {}, run_id=root, name="agent", metadata={"thread_id": "bench"})
@@ -97,7 +100,9 @@ def drive(journal: RunJournal, turns: list[tuple[LLMResult, ToolMessage]], ids: 
     journal.on_chain_end({"messages": []}, run_id=root)
 
 
-def simulated_run(journal: RunJournal, turns: list[tuple[LLMResult, ToolMessage]]) -> float:
+def simulated_run(
+    journal: BaseCallbackHandler, turns: list[tuple[LLMResult, ToolMessage]]
+) -> float:
     """Drive one run through the callbacks; return the CPU seconds spent inside them.
 
     CPU time of this thread, not wall time, so other processes on the machine do not count.
@@ -129,21 +134,49 @@ async def callback_cost(runs: int) -> float:
     return inside / (runs * CALLBACKS_PER_RUN) * 1e6
 
 
-async def count_callbacks(runs: int) -> None:
-    """In a callgrind child: count the instructions of ``runs`` simulated runs' callbacks."""
+async def floor_callback_cost(runs: int) -> float:
+    """Microseconds per callback of the floor handler over ``runs`` simulated runs: a new
+    handler per run, as in ``floored`` (made, and its write awaited, outside the clock)."""
+    table, turns = FloorTable(None), [tool_turn(i) for i in range(10)]
+    inside = 0.0
+    for i in range(20 + runs):  # the first 20 warm up
+        handler = FloorHandler(table.write)
+        spent = simulated_run(handler, turns)
+        inside += spent if i >= 20 else 0.0
+        await handler.written  # type: ignore[misc]
+        table.rows.clear()
+    return inside / (runs * CALLBACKS_PER_RUN) * 1e6
+
+
+async def count_callbacks(runs: int, handler: str) -> None:
+    """In a callgrind child: count the instructions of ``runs`` simulated runs' callbacks, of
+    the journal or (``handler="floor"``) of a floor handler per run."""
+    ids = [run_ids(10) for _ in range(runs)]
+    if handler == "floor":
+        table, turns = FloorTable(None), [tool_turn(i) for i in range(10)]
+        for run in [run_ids(10) for _ in range(20)]:  # warm up
+            drive(FloorHandler(table.write), turns, run)
+        handlers = [FloorHandler(table.write) for _ in ids]
+        with counted():
+            for floor, run in zip(handlers, ids, strict=True):
+                drive(floor, turns, run)
+        await asyncio.gather(*(floor.written for floor in handlers))  # type: ignore[misc]
+        return
     journal, turns = await warmed_journal()
-    ids = [run_ids(len(turns)) for _ in range(runs)]
     with counted():  # callbacks only: the writes start once the loop runs, after the block
         for run in ids:
             drive(journal, turns, run)
     await journal.flush()
 
 
-def callback_instructions(runs: int) -> float | None:
-    """Instructions per callback of ``runs`` simulated runs (None without valgrind)."""
+def callback_instructions(runs: int) -> dict[str, float] | None:
+    """Instructions per callback of ``runs`` simulated runs of the journal and of the floor
+    handler (None without valgrind)."""
     child = [sys.executable, __file__, "--runs", str(runs), "--count-callbacks"]
-    counts = callgrind_counts({"callbacks": child})
-    return None if counts is None else counts["callbacks"] / (runs * CALLBACKS_PER_RUN)
+    counts = callgrind_counts({name: [*child, name] for name in ("journal", "floor")})
+    if counts is None:
+        return None
+    return {name: count / (runs * CALLBACKS_PER_RUN) for name, count in counts.items()}
 
 
 # -- end to end --------------------------------------------------------------------------------
@@ -454,12 +487,21 @@ def instructions(invocations: int) -> dict[str, float] | None:
 
 async def main(runs: int, invocations: int, rounds: int, block: int, counted: int) -> None:
     """Measure and print every figure."""
-    cost = statistics.median([await callback_cost(runs) for _ in range(rounds)])
+    costs = [(await callback_cost(runs), await floor_callback_cost(runs)) for _ in range(rounds)]
+    cost = statistics.median(journal for journal, _ in costs)
+    floor_cost = statistics.median(floor for _, floor in costs)
     line(
         "callback cost",
         f"{cost:.2f} us per callback",
         f"median of {rounds} x {runs} runs x {CALLBACKS_PER_RUN} callbacks, memory store; "
         "target <= 3.0 us",
+    )
+    line(
+        "callback cost floor handler",
+        f"{floor_cost:.2f} us per callback",
+        f"the same runs; the journal's is "
+        f"{statistics.median(journal / floor for journal, floor in costs):.2f}x "
+        "(median of same-round ratios)",
     )
     per_run, ratios = await end_to_end(invocations, rounds, block)
     line(
@@ -500,11 +542,17 @@ async def main(runs: int, invocations: int, rounds: int, block: int, counted: in
         return
     per_callback = callback_instructions(runs)
     if per_callback is not None:
+        journal, floor = per_callback["journal"], per_callback["floor"]
         line(
             "instructions callback cost",
-            f"{per_callback / 1e3:.2f} k per callback",
+            f"{journal / 1e3:.2f} k per callback",
             f"callgrind, {runs} runs x {CALLBACKS_PER_RUN} callbacks, memory store; "
             "what the timed callback cost counts, repeatable on a busy machine",
+        )
+        line(
+            "instructions callback cost floor handler",
+            f"{floor / 1e3:.2f} k per callback",
+            f"the journal's is {journal / floor:.2f}x",
         )
     base = counts["no callbacks"]
     line(
@@ -548,13 +596,15 @@ if __name__ == "__main__":
         help="also count instructions over N runs of each variant with valgrind (0: skip)",
     )
     parser.add_argument("--count-variant", help=argparse.SUPPRESS)  # one callgrind child
-    parser.add_argument("--count-callbacks", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(  # one callgrind child
+        "--count-callbacks", choices=("journal", "floor"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.block < 1 or args.invocations < 1 or args.instructions < 0:
         parser.error("--block and --invocations must be at least 1, --instructions at least 0")
     if args.count_variant is not None:
         asyncio.run(count_one(args.count_variant, args.invocations))
-    elif args.count_callbacks:
-        asyncio.run(count_callbacks(args.runs))
+    elif args.count_callbacks is not None:
+        asyncio.run(count_callbacks(args.runs, args.count_callbacks))
     else:
         asyncio.run(main(args.runs, args.invocations, args.rounds, args.block, args.instructions))

@@ -48,6 +48,8 @@ def test_the_journal_benchmark_prints_every_timed_figure():
     figures = ("callback cost", "no-op handler", "floor+memory", "floor+sqlite", "journal+memory")
     for figure in (*figures, "journal+sqlite", "journal+memory above floor+memory"):
         assert figure in out
+    # The callback cost has a baseline from the same run: the floor handler driven alike.
+    assert re.search(r"callback cost floor handler: [\d.]+ us per callback .*[\d.]+x", out)
     assert "instructions" not in out
 
 
@@ -55,6 +57,8 @@ def test_the_journal_benchmark_prints_every_timed_figure():
 def test_the_journal_benchmark_counts_the_instructions_of_the_callbacks():
     out = run_benchmark("--instructions", "1")
     assert re.search(r"instructions callback cost: [\d.]+ k per callback", out)
+    floor = r"instructions callback cost floor handler: [\d.]+ k per callback .*[\d.]+x"
+    assert re.search(floor, out)
     assert re.search(r"instructions x1 journal\+memory: [\d.]+x no callbacks", out)
 
 
