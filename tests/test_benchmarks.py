@@ -48,7 +48,7 @@ def test_the_journal_benchmark_prints_every_timed_figure():
     figures = ("callback cost", "no-op handler", "floor+memory", "floor+sqlite", "journal+memory")
     for figure in (*figures, "journal+sqlite", "journal+memory above floor+memory"):
         assert figure in out
-    # The callback cost has a baseline from the same run: the floor handler driven alike.
+    # The callback cost has a baseline measured in the same run: the floor handler's.
     assert re.search(r"callback cost floor handler: [\d.]+ us per callback .*[\d.]+x", out)
     assert "instructions" not in out
 
