@@ -50,9 +50,10 @@ def on_background_loop() -> bool:
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """Return the loop running in this thread, or ``None``."""
-    # get_running_loop() without one raises, and a sync run asks several times per run:
-    # the exception costs seven times the answer.
-    return asyncio._get_running_loop()
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def dispatched_synchronously() -> bool:
