@@ -111,6 +111,8 @@ def _checked_store(store: Any) -> Any:
 
 def _check_count(name: str, value: object) -> None:
     """Raise unless ``value`` is an int (not a bool) of at least 1."""
+    if type(value) is int and value >= 1:  # the defaults: one test, no isinstance calls
+        return
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {value!r}")
     if value < 1:
@@ -179,11 +181,8 @@ class RunJournal(GraphCallbackHandler):
         workspace_roots: Iterable[WorkspaceRoot] | None = None,
         workspace_limits: WorkspaceChangeLimits | None = None,
     ) -> None:
-        # The defaults are plain ints: only other values need the full checks.
-        if type(flush_threshold) is not int or flush_threshold < 1:
-            _check_count("flush_threshold", flush_threshold)
-        if type(max_buffered_events) is not int or max_buffered_events < 1:
-            _check_count("max_buffered_events", max_buffered_events)
+        _check_count("flush_threshold", flush_threshold)
+        _check_count("max_buffered_events", max_buffered_events)
         if progress_flush_interval < 0:
             raise ValueError("progress_flush_interval must not be negative")
         if run_id is not None:

@@ -25,6 +25,7 @@ from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
 from deerflow_journal import (
+    MemoryRunEventStore,
     RunEvent,
     RunEventStore,
     RunJournal,
@@ -543,6 +544,32 @@ def test_a_store_url_is_opened_and_owned_by_the_journal(tmp_path):
 def test_anything_else_as_event_store_is_a_type_error(bad):
     with pytest.raises(TypeError, match="event_store"):
         RunJournal(event_store=bad)
+
+
+class Count(int):
+    """An int subclass: a count as good as an int."""
+
+
+@pytest.mark.parametrize("name", ["flush_threshold", "max_buffered_events"])
+@pytest.mark.parametrize(
+    ("bad", "error", "says"),
+    [
+        (True, TypeError, "must be an int, got True"),
+        (2.0, TypeError, "must be an int, got 2.0"),
+        ("10", TypeError, "must be an int, got '10'"),
+        (0, ValueError, "must be at least 1, got 0"),
+        (-5, ValueError, "must be at least 1, got -5"),
+        (Count(0), ValueError, "must be at least 1, got 0"),
+    ],
+)
+def test_a_count_that_is_not_a_positive_int_is_refused(name, bad, error, says):
+    with pytest.raises(error, match=f"^{name} {says}$"):
+        RunJournal(event_store=MemoryRunEventStore(), **{name: bad})
+
+
+@pytest.mark.parametrize("name", ["flush_threshold", "max_buffered_events"])
+def test_a_positive_int_subclass_is_a_count(name):
+    RunJournal(event_store=MemoryRunEventStore(), **{name: Count(3)})
 
 
 class DownStore(ListStore):
