@@ -58,7 +58,8 @@ from deerflow_journal import MemoryRunEventStore, RunEventStore, RunJournal
 
 USAGE = {"input_tokens": 812, "output_tokens": 64, "total_tokens": 876}
 PROMPT = [[HumanMessage("What is the weather in Paris and in Oslo?")]]
-CALLBACKS_PER_RUN = 2 + 10 * 3
+TURNS = 10  # model call and tool answer pairs of a simulated run
+CALLBACKS_PER_RUN = 2 + TURNS * 3
 
 
 def line(name: str, value: str, note: str = "") -> None:
@@ -84,41 +85,46 @@ def tool_turn(i: int) -> tuple[LLMResult, ToolMessage]:
 Ids = tuple[uuid.UUID, list[tuple[uuid.UUID, uuid.UUID]]]  # a run's root, model and tool runs
 
 
-def run_ids(turns: int) -> Ids:
-    """Fresh LangChain run ids for one simulated run of ``turns`` turns."""
-    return uuid.uuid4(), [(uuid.uuid4(), uuid.uuid4()) for _ in range(turns)]
+def run_ids() -> Ids:
+    """Fresh LangChain run ids for one simulated run."""
+    return uuid.uuid4(), [(uuid.uuid4(), uuid.uuid4()) for _ in range(TURNS)]
+
+
+def simulated_turns() -> list[tuple[LLMResult, ToolMessage]]:
+    """The model results and tool answers of a simulated run."""
+    return [tool_turn(i) for i in range(TURNS)]
 
 
 def drive(
-    journal: BaseCallbackHandler, turns: list[tuple[LLMResult, ToolMessage]], ids: Ids
+    handler: BaseCallbackHandler, turns: list[tuple[LLMResult, ToolMessage]], ids: Ids
 ) -> None:
     """Make the callbacks of one simulated run."""
     root, calls = ids
-    journal.on_chain_start(None, {}, run_id=root, name="agent", metadata={"thread_id": "bench"})
+    handler.on_chain_start(None, {}, run_id=root, name="agent", metadata={"thread_id": "bench"})
     for (model_run, tool_run), (result, output) in zip(calls, turns, strict=True):
-        journal.on_chat_model_start({}, PROMPT, run_id=model_run, parent_run_id=root)
-        journal.on_llm_end(result, run_id=model_run, parent_run_id=root)
-        journal.on_tool_end(output, run_id=tool_run, parent_run_id=root)
-    journal.on_chain_end({"messages": []}, run_id=root)
+        handler.on_chat_model_start({}, PROMPT, run_id=model_run, parent_run_id=root)
+        handler.on_llm_end(result, run_id=model_run, parent_run_id=root)
+        handler.on_tool_end(output, run_id=tool_run, parent_run_id=root)
+    handler.on_chain_end({"messages": []}, run_id=root)
 
 
 def simulated_run(
-    journal: BaseCallbackHandler, turns: list[tuple[LLMResult, ToolMessage]]
+    handler: BaseCallbackHandler, turns: list[tuple[LLMResult, ToolMessage]]
 ) -> float:
     """Drive one run through the callbacks; return the CPU seconds spent inside them.
 
     CPU time of this thread, not wall time, so other processes on the machine do not count.
     """
-    ids = run_ids(len(turns))
+    ids = run_ids()
     started = time.thread_time()
-    drive(journal, turns, ids)
+    drive(handler, turns, ids)
     return time.thread_time() - started
 
 
 async def warmed_journal() -> tuple[RunJournal, list[tuple[LLMResult, ToolMessage]]]:
     """A journal on the memory store after 20 simulated runs, and the turns of a run."""
     journal = RunJournal(event_store=MemoryRunEventStore())
-    turns = [tool_turn(i) for i in range(10)]
+    turns = simulated_turns()
     for _ in range(20):
         simulated_run(journal, turns)
         await journal.flush()
@@ -139,7 +145,7 @@ async def callback_cost(runs: int) -> float:
 async def floor_callback_cost(runs: int) -> float:
     """Microseconds per callback of the floor handler over ``runs`` simulated runs: a new
     handler per run, as in ``floored`` (made, and its write awaited, outside the clock)."""
-    table, turns = FloorTable(None), [tool_turn(i) for i in range(10)]
+    table, turns = FloorTable(None), simulated_turns()
     inside = 0.0
     for i in range(20 + runs):  # the first 20 warm up
         handler = FloorHandler(table.write)
@@ -153,10 +159,10 @@ async def floor_callback_cost(runs: int) -> float:
 async def count_callbacks(runs: int, handler: str) -> None:
     """In a callgrind child: count the instructions of ``runs`` simulated runs' callbacks, of
     the journal or (``handler="floor"``) of a floor handler per run."""
-    ids = [run_ids(10) for _ in range(runs)]
+    ids = [run_ids() for _ in range(runs)]
     if handler == "floor":
-        table, turns = FloorTable(None), [tool_turn(i) for i in range(10)]
-        for run in [run_ids(10) for _ in range(20)]:  # warm up
+        table, turns = FloorTable(None), simulated_turns()
+        for run in [run_ids() for _ in range(20)]:  # warm up
             drive(FloorHandler(table.write), turns, run)
         handlers = [FloorHandler(table.write) for _ in ids]
         with counted():  # callbacks only: each handler's write is a task awaited after
