@@ -74,19 +74,27 @@ class ThreadIndexes(Generic[R]):
         """Add a row whose ``seq`` is above every seq of the thread so far."""
         targets = self._targets.get((run_id, user_id, is_message))
         if targets is None:
-            kinds = ("events", "messages") if is_message else ("events",)
-            indexes = [
-                self._indexes.setdefault((kind, run, user), SeqIndex())
-                for user in {None, user_id}
-                for run in (None, run_id)
-                for kind in kinds
-            ]
-            targets = self._targets[run_id, user_id, is_message] = [
-                (index.seqs.append, index.rows.append) for index in indexes
-            ]
+            targets = self._targets[run_id, user_id, is_message] = self._new_targets(
+                run_id, user_id, is_message
+            )
         for append_seq, append_row in targets:
             append_seq(seq)
             append_row(row)
+
+    def _new_targets(
+        self, run_id: str, user_id: str | None, is_message: bool
+    ) -> list[tuple[Callable[[int], None], Callable[[R], None]]]:
+        """The appends of every index a row of (run, user, is message) joins, created if new."""
+        indexes = self._indexes
+        targets = []
+        for user in (None,) if user_id is None else (None, user_id):
+            for run in (None, run_id):
+                for kind in ("events", "messages") if is_message else ("events",):
+                    index = indexes.get((kind, run, user))
+                    if index is None:  # made only when missing: a new run's first row
+                        index = indexes[kind, run, user] = SeqIndex()
+                    targets.append((index.seqs.append, index.rows.append))
+        return targets
 
     def get(self, kind: str, run_id: str | None, user_id: str | None) -> SeqIndex[R]:
         """The rows of ``kind``, optionally of one run and one user (an empty index if none)."""
