@@ -86,12 +86,14 @@ class ThreadIndexes(Generic[R]):
     ) -> list[tuple[Callable[[int], None], Callable[[R], None]]]:
         """The appends of every index a row of (run, user, is message) joins, created if new."""
         indexes = self._indexes
+        users = (None,) if user_id is None else (None, user_id)
+        kinds = ("events", "messages") if is_message else ("events",)
         targets = []
-        for user in (None,) if user_id is None else (None, user_id):
+        for user in users:
             for run in (None, run_id):
-                for kind in ("events", "messages") if is_message else ("events",):
+                for kind in kinds:
                     index = indexes.get((kind, run, user))
-                    if index is None:  # made only when missing: a new run's first row
+                    if index is None:  # not setdefault, which builds a SeqIndex to throw away
                         index = indexes[kind, run, user] = SeqIndex()
                     targets.append((index.seqs.append, index.rows.append))
         return targets
