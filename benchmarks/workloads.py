@@ -111,12 +111,14 @@ def line(label: str, value: float, unit: str, extra: str = "") -> None:
 K = TypeVar("K")
 
 
-def callgrind_counts(children: Mapping[K, list[str]]) -> dict[K, int] | None:
+def callgrind_counts(
+    children: Mapping[K, list[str]], options: tuple[str, ...] = ("--instr-atstart=no",)
+) -> dict[K, int] | None:
     """The instructions each child program counted (every thread), or None without valgrind.
 
     Each runs at once in its own process under ``valgrind --tool=callgrind``, which counts
-    instructions, not seconds: the figures repeat whatever else the machine is doing. A child
-    counts only inside ``counted()``.
+    instructions, not seconds: the figures repeat whatever else the machine is doing. With the
+    default ``options`` a child counts only inside ``counted()``.
     """
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         return None  # callgrind_control ships with valgrind
@@ -126,7 +128,7 @@ def callgrind_counts(children: Mapping[K, list[str]]) -> dict[K, int] | None:
                 [
                     "valgrind",
                     "--tool=callgrind",
-                    "--instr-atstart=no",
+                    *options,
                     f"--callgrind-out-file={Path(tmp) / str(i)}",
                     *command,
                 ],

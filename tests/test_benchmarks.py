@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -173,3 +174,32 @@ def test_the_store_benchmark_counts_the_instructions_of_sqlite_writes():
 def test_the_store_benchmark_says_when_it_cannot_count_instructions(tmp_path):
     out = run_script("bench_stores.py", *NO_STORE_FIGURES, PATH=str(tmp_path))  # no valgrind
     assert "write instructions: not measured (valgrind not found)" in out
+
+
+@pytest.mark.slow
+def test_the_breakdown_benchmark_counts_the_instructions_of_each_part():
+    parts = "on_llm_end,floor callbacks"
+    out = run_script("bench_breakdown.py", "--invocations", "1", "--warm-up", "1", "--parts", parts)
+    journal = re.search(r"breakdown journal\+memory on_llm_end: ([\d.]+) k per invocation", out)
+    floor = re.search(r"breakdown floor\+memory floor callbacks: ([\d.]+) k per invocation", out)
+    assert journal is not None and floor is not None, out
+    assert float(journal.group(1)) > 0 and float(floor.group(1)) > 0  # the parts were called
+
+
+def test_the_breakdown_benchmark_says_when_it_cannot_count_instructions(tmp_path):
+    out = run_script("bench_breakdown.py", "--invocations", "1", PATH=str(tmp_path))  # no valgrind
+    assert "breakdown: not measured  (valgrind not found)" in out
+
+
+def test_every_part_of_the_breakdown_names_a_function_that_exists():
+    spec = importlib.util.spec_from_file_location(
+        "bench_breakdown", ROOT / "benchmarks" / "bench_breakdown.py"
+    )
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    for _, targets in module.PARTS.values():
+        for target in targets:
+            owner, name = module.resolve(target)
+            # A plain function: a property (RunJournal.on_chain_start is one) wrapped as a
+            # function would fail on every call, and count its error instead.
+            assert inspect.isfunction(inspect.getattr_static(owner, name)), target
