@@ -1,16 +1,21 @@
 """Where a journaled ``ainvoke`` spends its instructions, part by part, beside the floor handler.
 
 Run: ``.venv/bin/python benchmarks/bench_breakdown.py [--invocations 30] [--warm-up 10]
-[--parts a,b]``. It
-runs bench_journal's agent (3 model calls, 2 tool calls) with a memory store. Each part is
-counted by valgrind's callgrind in a child process of its own. The child runs warm-up
-invocations first, so first-use costs such as loading the price table are not counted. Then
-the part's function is wrapped so that callgrind counts only inside it: ``--toggle-collect``
-on ``functools.reduce``, which calls it. The count covers ``--invocations`` invocations.
+[--parts a,b]``.
 
-A figure includes the wrapper, about 2.5k instructions per call, more for calls with many
-keyword arguments. A part called inside another is counted in both. bench_journal.py prints
-the totals per invocation that these parts add up to.
+It runs bench_journal's agent (3 model calls, 2 tool calls), either with a journal on a
+memory store or with the floor handler, which keeps its rows in a list. Each part is
+counted by valgrind's callgrind in a child process of its own:
+- the child first runs warm-up invocations, uncounted, so first-use costs such as loading the
+  price table are left out;
+- it then replaces the part's functions with a wrapper that calls them through
+  ``functools.reduce``, and callgrind counts only inside that call (``--toggle-collect``);
+- the count covers ``--invocations`` invocations.
+
+Beside each figure is how often the part is called per invocation: the wrapper adds about
+2.5k instructions to each call, more for a call with many keyword arguments. A part called
+inside another is counted in both, and the parts leave out LangChain's dispatch and the
+journal's buffer and writer, so they add up to no total.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import functools
 import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_journal import FloorTable, build_agent, floored, journaled
-from workloads import callgrind_counts
+from workloads import callgrind_counts, counted
 
 from deerflow_journal import MemoryRunEventStore
 
@@ -79,46 +85,84 @@ def resolve(target: str) -> tuple[Any, str]:
     return owner, name
 
 
-def _counted_inside(target: str) -> None:
-    """Replace ``target`` with a wrapper that calls it through ``functools.reduce``."""
+def _wrapped(target: str, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace ``target`` with what ``wrapper`` makes of it."""
     owner, name = resolve(target)
-    wrapped = getattr(owner, name)
+    setattr(owner, name, wrapper(getattr(owner, name)))
+
+
+def _through_reduce(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` called inside ``functools.reduce``, where callgrind counts."""
 
     def through_reduce(*args: Any, **kwargs: Any) -> Any:
-        return functools.reduce(lambda _, __: wrapped(*args, **kwargs), (0, 0))
+        return functools.reduce(lambda _, __: function(*args, **kwargs), (0, 0))
 
-    setattr(owner, name, through_reduce)
+    return through_reduce
+
+
+def _variant(part: str) -> Any:
+    """The bench_journal variant a part runs in."""
+    if PARTS[part][0] == "journal":
+        return journaled(MemoryRunEventStore())
+    return floored(FloorTable(None).write)
 
 
 async def count_part(part: str, invocations: int, warm_up: int) -> None:
     """In a callgrind child: run the part's variant, counting inside the part's functions."""
-    variant_name, targets = PARTS[part]
-    agent = build_agent()
-    if variant_name == "journal":
-        variant = journaled(MemoryRunEventStore())
-    else:
-        variant = floored(FloorTable(None).write)
+    agent, variant = build_agent(), _variant(part)
     await variant(agent, warm_up)
-    for target in targets:
-        _counted_inside(target)
-    await variant(agent, invocations)
+    for target in PARTS[part][1]:
+        _wrapped(target, _through_reduce)
+    with counted():
+        await variant(agent, invocations)
+
+
+async def calls_per_invocation(parts: list[str], invocations: int = 2) -> dict[str, float]:
+    """How often each part's functions are called per invocation, after one warm-up."""
+    calls = dict.fromkeys(parts, 0)
+
+    def counting(part: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
+            def count(*args: Any, **kwargs: Any) -> Any:
+                calls[part] += 1
+                return function(*args, **kwargs)
+
+            return count
+
+        return wrap
+
+    for part in parts:
+        found = [resolve(target) for target in PARTS[part][1]]
+        saved = [(owner, name, getattr(owner, name)) for owner, name in found]
+        agent, variant = build_agent(), _variant(part)
+        await variant(agent, 1)
+        for target in PARTS[part][1]:
+            _wrapped(target, counting(part))
+        try:
+            await variant(agent, invocations)
+        finally:
+            for owner, name, original in saved:
+                setattr(owner, name, original)
+    return {part: count / invocations for part, count in calls.items()}
 
 
 def main(invocations: int, warm_up: int, parts: list[str]) -> None:
     """Count every part in ``parts`` and print one line for each."""
     child = [sys.executable, __file__, "--invocations", str(invocations)]
     child += ["--warm-up", str(warm_up), "--count-part"]
-    options = ("--toggle-collect=functools_reduce",)
+    options = ("--instr-atstart=no", "--toggle-collect=functools_reduce")
     counts = callgrind_counts({part: [*child, part] for part in parts}, options)
     if counts is None:
         print("breakdown: not measured  (valgrind not found)", flush=True)
         return
+    calls = asyncio.run(calls_per_invocation(parts))
     for part in parts:
-        variant_name, targets = PARTS[part]
-        label = "journal+memory" if variant_name == "journal" else "floor+memory"
+        label = "journal+memory" if PARTS[part][0] == "journal" else "floor+memory"
+        figure = f"{counts[part] / invocations / 1e3:.1f} k per invocation"
+        if not calls[part]:
+            figure = "not called"  # a part the code no longer goes through
         print(
-            f"breakdown {label} {part}: {counts[part] / invocations / 1e3:.1f} k per invocation"
-            f"  ({len(targets)} function{'s' if len(targets) > 1 else ''}, callgrind)",
+            f"breakdown {label} {part}: {figure}  ({calls[part]:g} calls per invocation)",
             flush=True,
         )
 
@@ -127,7 +171,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--invocations", type=int, default=30, help="counted ainvoke calls")
     parser.add_argument("--warm-up", type=int, default=10, help="uncounted ainvoke calls first")
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated part names")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"some of: {', '.join(PARTS)}")
     parser.add_argument("--count-part", help=argparse.SUPPRESS)  # one callgrind child
     args = parser.parse_args()
     if args.count_part is not None:
@@ -137,4 +181,6 @@ if __name__ == "__main__":
         unknown = [part for part in chosen if part not in PARTS]
         if unknown:
             parser.error(f"unknown part(s) {unknown}; the parts are {list(PARTS)}")
+        if args.invocations < 1 or args.warm_up < 1:
+            parser.error("--invocations and --warm-up must be at least 1")
         main(args.invocations, args.warm_up, chosen)

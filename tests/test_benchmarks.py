@@ -20,7 +20,6 @@ from deerflow_journal import MemoryRunEventStore, RunJournal
 from tests.backends import DEFAULT_PG_DSN, PG_DSN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "bench_journal.py"
 TINY = ["--runs", "3", "--rounds", "1", "--invocations", "3", "--block", "2"]
 NO_STORE_FIGURES = ["--skip-writes", "--skip-reads", "--browse-sizes", ""]
 
@@ -68,8 +67,9 @@ def test_the_journal_benchmark_says_when_it_cannot_count_instructions(tmp_path):
     assert "instructions: not measured  (valgrind not found)" in out
 
 
-def load_benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_journal", SCRIPT)
+def load_benchmark(name: str = "bench_journal.py") -> Any:
+    """``benchmarks/{name}`` as a module."""
+    spec = importlib.util.spec_from_file_location(name[:-3], ROOT / "benchmarks" / name)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
@@ -191,15 +191,19 @@ def test_the_breakdown_benchmark_says_when_it_cannot_count_instructions(tmp_path
     assert "breakdown: not measured  (valgrind not found)" in out
 
 
-def test_every_part_of_the_breakdown_names_a_function_that_exists():
-    spec = importlib.util.spec_from_file_location(
-        "bench_breakdown", ROOT / "benchmarks" / "bench_breakdown.py"
-    )
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+def test_every_part_of_the_breakdown_names_a_plain_function():
+    module = load_benchmark("bench_breakdown.py")
     for _, targets in module.PARTS.values():
         for target in targets:
-            owner, name = module.resolve(target)
-            # A plain function: a property (RunJournal.on_chain_start is one) wrapped as a
-            # function would fail on every call, and count its error instead.
-            assert inspect.isfunction(inspect.getattr_static(owner, name)), target
+            found = inspect.getattr_static(*module.resolve(target))
+            # A property (RunJournal.on_chain_start is one) wrapped as a function would fail
+            # on every call, and a coroutine function would count only its coroutine's making.
+            assert inspect.isfunction(found), target
+            assert not inspect.iscoroutinefunction(found), target
+
+
+async def test_every_part_of_the_breakdown_is_called_in_an_invocation():
+    module = load_benchmark("bench_breakdown.py")
+    calls = await module.calls_per_invocation(list(module.PARTS))
+    assert all(calls.values()), calls
+    assert calls["on_llm_end"] == 3 and calls["on_tool_end"] == 2  # the agent's 3 and 2 calls
