@@ -162,7 +162,8 @@ def main(invocations: int, warm_up: int, parts: list[str]) -> None:
         if not calls[part]:
             figure = "not called"  # a part the code no longer goes through
         print(
-            f"breakdown {label} {part}: {figure}  ({calls[part]:g} calls per invocation)",
+            f"breakdown {label} {part}: {figure}  "
+            f"({calls[part]:g} call{'' if calls[part] == 1 else 's'} per invocation)",
             flush=True,
         )
 
