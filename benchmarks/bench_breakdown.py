@@ -32,35 +32,28 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_journal import FloorTable, build_agent, floored, journaled
+from bench_journal import FloorHandler, FloorTable, build_agent, floored, journaled
 from workloads import callgrind_counts, counted
 
 from deerflow_journal import MemoryRunEventStore
 
 _HANDLER = "deerflow_journal.journal.handler:RunJournal."
-# The floor handler's callbacks (it has no on_tool_start).
-_FLOOR_CALLBACKS = (
+_CALLBACKS = (
     "on_chain_start",
     "on_chain_end",
     "on_chat_model_start",
     "on_llm_end",
+    "on_tool_start",
     "on_tool_end",
 )
 
 #: Each part: the variant it runs in, and the functions counted (``module:qualified.name``).
 PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "RunJournal()": ("journal", (_HANDLER + "__init__",)),
-    # on_chain_start is a property that hands out this method (without workspace roots).
-    "on_chain_start": ("journal", (_HANDLER + "_chain_start",)),
     **{
-        name: ("journal", (_HANDLER + name,))
-        for name in (
-            "on_chain_end",
-            "on_chat_model_start",
-            "on_llm_end",
-            "on_tool_start",
-            "on_tool_end",
-        )
+        # on_chain_start is a property that hands out _chain_start (without workspace roots).
+        name: ("journal", (_HANDLER + ("_chain_start" if name == "on_chain_start" else name),))
+        for name in _CALLBACKS
     },
     "events to rows": ("journal", ("deerflow_journal.stores.base:normalise_journal_batch",)),
     "memory store write": (
@@ -68,9 +61,13 @@ PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("deerflow_journal.stores.memory:MemoryRunEventStore._write_now",),
     ),
     "run summary": ("journal", ("deerflow_journal.journal.state:RunState.summary_json",)),
-    "floor callbacks": (
+    "floor callbacks": (  # those the floor handler has (it has no on_tool_start)
         "floor",
-        tuple(f"bench_journal:FloorHandler.{name}" for name in _FLOOR_CALLBACKS),
+        tuple(
+            f"bench_journal:FloorHandler.{name}"
+            for name in _CALLBACKS
+            if name in vars(FloorHandler)
+        ),
     ),
 }
 
@@ -83,12 +80,6 @@ def resolve(target: str) -> tuple[Any, str]:
     for part in owners:
         owner = getattr(owner, part)
     return owner, name
-
-
-def _wrapped(target: str, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    """Replace ``target`` with what ``wrapper`` makes of it."""
-    owner, name = resolve(target)
-    setattr(owner, name, wrapper(getattr(owner, name)))
 
 
 def _through_reduce(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -111,8 +102,8 @@ async def count_part(part: str, invocations: int, warm_up: int) -> None:
     """In a callgrind child: run the part's variant, counting inside the part's functions."""
     agent, variant = build_agent(), _variant(part)
     await variant(agent, warm_up)
-    for target in PARTS[part][1]:
-        _wrapped(target, _through_reduce)
+    for owner, name in map(resolve, PARTS[part][1]):
+        setattr(owner, name, _through_reduce(getattr(owner, name)))
     with counted():
         await variant(agent, invocations)
 
@@ -132,12 +123,13 @@ async def calls_per_invocation(parts: list[str], invocations: int = 2) -> dict[s
         return wrap
 
     for part in parts:
-        found = [resolve(target) for target in PARTS[part][1]]
-        saved = [(owner, name, getattr(owner, name)) for owner, name in found]
+        saved = [
+            (owner, name, getattr(owner, name)) for owner, name in map(resolve, PARTS[part][1])
+        ]
         agent, variant = build_agent(), _variant(part)
         await variant(agent, 1)
-        for target in PARTS[part][1]:
-            _wrapped(target, counting(part))
+        for owner, name, original in saved:
+            setattr(owner, name, counting(part)(original))
         try:
             await variant(agent, invocations)
         finally:

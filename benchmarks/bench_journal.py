@@ -60,6 +60,7 @@ USAGE = {"input_tokens": 812, "output_tokens": 64, "total_tokens": 876}
 PROMPT = [[HumanMessage("What is the weather in Paris and in Oslo?")]]
 TURNS = 10  # model call and tool answer pairs of a simulated run
 CALLBACKS_PER_RUN = 2 + TURNS * 3
+WARM_UP_RUNS = 20  # simulated runs before any is timed or counted
 
 
 def line(name: str, value: str, note: str = "") -> None:
@@ -122,10 +123,11 @@ def simulated_run(
 
 
 async def warmed_journal() -> tuple[RunJournal, list[tuple[LLMResult, ToolMessage]]]:
-    """A journal on the memory store after 20 simulated runs, and the turns of a run."""
+    """A journal on the memory store after ``WARM_UP_RUNS`` simulated runs, and the turns of a
+    run."""
     journal = RunJournal(event_store=MemoryRunEventStore())
     turns = simulated_turns()
-    for _ in range(20):
+    for _ in range(WARM_UP_RUNS):
         simulated_run(journal, turns)
         await journal.flush()
     return journal, turns
@@ -147,10 +149,10 @@ async def floor_callback_cost(runs: int) -> float:
     handler per run, as in ``floored`` (made, and its write awaited, outside the clock)."""
     table, turns = FloorTable(None), simulated_turns()
     inside = 0.0
-    for i in range(20 + runs):  # the first 20 warm up
+    for i in range(WARM_UP_RUNS + runs):
         handler = FloorHandler(table.write)
         spent = simulated_run(handler, turns)
-        inside += spent if i >= 20 else 0.0
+        inside += spent if i >= WARM_UP_RUNS else 0.0
         await handler.written  # type: ignore[misc]
         table.rows.clear()
     return inside / (runs * CALLBACKS_PER_RUN) * 1e6
@@ -162,8 +164,8 @@ async def count_callbacks(runs: int, handler: str) -> None:
     ids = [run_ids() for _ in range(runs)]
     if handler == "floor":
         table, turns = FloorTable(None), simulated_turns()
-        for run in [run_ids() for _ in range(20)]:  # warm up
-            drive(FloorHandler(table.write), turns, run)
+        for _ in range(WARM_UP_RUNS):
+            drive(FloorHandler(table.write), turns, run_ids())
         handlers = [FloorHandler(table.write) for _ in ids]
         with counted():  # callbacks only: each handler's write is a task awaited after
             for floor, run in zip(handlers, ids, strict=True):
