@@ -61,6 +61,7 @@ PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("deerflow_journal.stores.memory:MemoryRunEventStore._write_now",),
     ),
     "run summary": ("journal", ("deerflow_journal.journal.state:RunState.summary_json",)),
+    "floor events to rows": ("floor", ("bench_journal:FloorHandler.rows",)),
     "floor callbacks": (  # those the floor handler has (it has no on_tool_start)
         "floor",
         tuple(

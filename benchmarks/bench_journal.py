@@ -316,8 +316,12 @@ class FloorHandler(BaseCallbackHandler):
             self.written = asyncio.get_running_loop().create_task(self.flush())
 
     async def flush(self) -> None:
+        await self.write(self.rows())
+
+    def rows(self) -> list[Row]:
+        """The run's rows: every content and metadata encoded with orjson."""
         now, dump = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), _dumper()
-        rows: list[Row] = [
+        return [
             (
                 "bench",
                 self.run_id,
@@ -329,7 +333,6 @@ class FloorHandler(BaseCallbackHandler):
             )
             for event_type, category, content, metadata in self.events
         ]
-        await self.write(rows)
 
 
 Variant = Callable[[Any, int], Awaitable[None]]
