@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 #: How many recent runs a journal can still count refused events for (a write follows its
 #: run closely; a reusable journal must not grow with every run it saw).
 _RUNS_REMEMBERED = 64
+#: How many calls still running when their run ended a journal keeps track of: their later
+#: callbacks add to that run. Bounded, as a call whose end never arrives would stay forever.
+_LATE_CALLS_REMEMBERED = 1024
 #: A model call not made for structured output (``RunState.structured`` has no entry).
 _NOT_STRUCTURED: Any = object()
 
@@ -194,6 +197,9 @@ class RunJournal(GraphCallbackHandler):
         self.track_token_usage = track_token_usage
         self._lock = threading.Lock()
         self._runs: dict[Hashable, RunState] = {}  # keyed by _key(run id)
+        self._open_runs = 0  # runs started and not ended
+        # Keys left in _runs by calls still running when their run ended, oldest first.
+        self._late_calls: OrderedDict[Hashable, None] = OrderedDict()
         self._latest: RunState | None = None
         self._next: RunState | None = None  # recorded before any run, without a fixed id
         self._outside: RunState | None = None  # recorded before any run, under the fixed id
@@ -323,8 +329,9 @@ class RunJournal(GraphCallbackHandler):
         if latest is not None and not latest.ended:
             return latest
         active = list(self._runs.values())  # one C-level copy: other threads may add runs
-        if active:
-            return active[-1]
+        for state in reversed(active):  # ended: a call still running when its run ended
+            if not state.ended:
+                return state
         if after_end and latest is not None:
             return latest
         if self._run_id is not None and self._thread_id is not None:
@@ -388,11 +395,12 @@ class RunJournal(GraphCallbackHandler):
 
     def _joined_caller_run(self, run_id: UUID) -> bool:
         """A root call given the journal as its own callbacks inside a node of a run in
-        progress (``chain.invoke(x, {"callbacks": [journal]})``, a model or tool alike) is
-        part of that run; True if it joined one."""
+        progress (``chain.invoke(x, {"callbacks": [journal]})``, a model or tool alike), or
+        inside such a call still running after its run ended, is part of that run; True if it
+        joined one."""
         with self._lock:
             active = self._caller_run()
-            if active is None or active.ended:
+            if active is None:
                 return False
             self._runs[getattr(run_id, "int", run_id)] = active
             return True
@@ -454,6 +462,7 @@ class RunJournal(GraphCallbackHandler):
             self._bind(state)
             state.workspace_before = snapshot
             self._runs[_key(root)] = self._latest = state
+            self._open_runs += 1
             if not sync and loop is not None:
                 self._writer.home_loop = loop
             start = mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
@@ -520,9 +529,8 @@ class RunJournal(GraphCallbackHandler):
             # Copied now: with workspace roots it is written after the caller has its outputs.
             mapping.detached_event(terminal)
             state.end(status, error if status in ("error", "cancelled") else None)
-            for key, value in list(self._runs.items()):
-                if value is state:
-                    self._runs.pop(key, None)
+            self._open_runs -= 1
+            self._keep_late_calls(state)
         loop = self._writer.caller_loop(state.sync)
         workspace, snapshot = self._workspace, state.workspace_before
         if workspace is None or snapshot is None:
@@ -535,6 +543,29 @@ class RunJournal(GraphCallbackHandler):
                 self._close_run(state, terminal, await workspace.changes(snapshot), loop)
 
             self._writer.run_in_background(close_when_diffed())
+
+    def _keep_late_calls(self, state: RunState) -> None:
+        """Keep the calls of a run that just ended that are still running (a task a node did
+        not wait for): their later callbacks add to it (call with the lock held)."""
+        runs, late = self._runs, self._late_calls
+        for key, value in list(runs.items()):
+            if value is state:
+                late[key] = None
+        while len(late) > _LATE_CALLS_REMEMBERED:
+            key, _ = late.popitem(last=False)
+            found = runs.get(key)
+            if found is not None and found.ended:
+                del runs[key]
+
+    def _wrote_late(self, state: RunState) -> None:
+        """Write what was added to a run after it ended, and its summary again (call without
+        the lock). Tool errors are not held for a retry then: the run's end settled those."""
+        with self._lock:
+            for event in state.outcomes.settle():
+                self._emit(state, event)
+            self._queue_summary(state)
+            last = not self._open_runs
+        self._writer.run_ended(state, self._writer.caller_loop(state.sync), last)
 
     def _close_run(
         self,
@@ -564,7 +595,7 @@ class RunJournal(GraphCallbackHandler):
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit_own(state, terminal)  # copied in _end_run, under the lock
             self._queue_summary(state)
-            last = not self._runs
+            last = not self._open_runs
         self._writer.run_ended(state, loop, last)
 
     # -- retrievers -----------------------------------------------------------------------------
@@ -667,6 +698,8 @@ class RunJournal(GraphCallbackHandler):
             self._end_run(run_id, outputs, error)
         else:
             self._runs.pop(getattr(run_id, "int", run_id), None)
+            if state.ended:
+                self._wrote_late(state)
 
     def _own_run(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
         """The run a model, tool or retriever call belongs to: its parent's, or its own."""
@@ -728,7 +761,10 @@ class RunJournal(GraphCallbackHandler):
         finally:
             self._lock.release()
         if changed:
-            self._writer.changed(state)
+            if state.status != "running":  # state.ended, inlined: a call left running
+                self._wrote_late(state)
+            else:
+                self._writer.changed(state)
 
     def _write_human(self, state: RunState, human: HumanMessage) -> None:
         """Write the run's one ``llm.human.input`` (call with the lock held)."""
@@ -825,6 +861,8 @@ class RunJournal(GraphCallbackHandler):
             self._lock.release()
         if parent_run_id is None:
             self._leaf_ended(state, run_id, messages[0] if len(messages) == 1 else messages, None)
+        elif state.status != "running":  # state.ended, inlined: a call left running
+            self._wrote_late(state)
         elif self._writer.progress is not None:
             self._writer.changed(state)
 
@@ -848,6 +886,8 @@ class RunJournal(GraphCallbackHandler):
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
         if parent_run_id is None:
             self._leaf_ended(state, run_id, None, error)
+        elif state.ended:
+            self._wrote_late(state)
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -911,6 +951,8 @@ class RunJournal(GraphCallbackHandler):
             self._lock.release()
         if parent_run_id is None:
             self._leaf_ended(state, run_id, output, None)
+        elif state.status != "running":  # state.ended, inlined: a call left running
+            self._wrote_late(state)
         elif messages and self._writer.progress is not None:
             self._writer.changed(state)
 
@@ -937,6 +979,8 @@ class RunJournal(GraphCallbackHandler):
             self._tool_failed(state, key, error, caller, kwargs)
         if parent_run_id is None:
             self._leaf_ended(state, run_id, None, error)
+        elif state.ended:
+            self._wrote_late(state)
 
     def _tool_run(self, key: Hashable, parent_run_id: UUID | None) -> RunState | None:
         """The run of an ending tool; a nested tool is forgotten, a root one is left for
@@ -993,8 +1037,11 @@ class RunJournal(GraphCallbackHandler):
             return
         with self._lock:
             state = self._runs.get(_key(run_id))
-            if state is not None:
-                self._emit(state, event)
+            if state is None:
+                return
+            self._emit(state, event)
+        if state.ended:
+            self._wrote_late(state)
 
     def record_subagent_chunk(self, chunk: Mapping[str, Any]) -> bool:
         """Journal one ``task_*`` chunk (e.g. from ``stream_mode="custom"``); False if malformed."""
@@ -1064,11 +1111,8 @@ class RunJournal(GraphCallbackHandler):
         with self._lock:
             state = self._recorder_state()
             counted = state.usage.add_external(records)
-            if counted and state.ended:
-                self._queue_summary(state)
-            last = not self._runs
         if counted and state.ended:
-            self._writer.run_ended(state, self._writer.caller_loop(state.sync), last)
+            self._wrote_late(state)
         elif counted:
             self._writer.changed(state)
         return counted

@@ -8,6 +8,9 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import threading
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -15,8 +18,10 @@ import pytest
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
-from langchain_core.messages import AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
@@ -38,6 +43,7 @@ from tests.journal.agents import (
     ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
     FailingChatModel,
+    ScriptedChatModel,
     add,
     agent_graph,
     ai,
@@ -293,6 +299,91 @@ async def test_a_model_given_the_journal_inside_a_node_is_part_of_the_run(store)
     assert sequence == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     assert summary.total_tokens == 200
     assert len(await store.list_run_summaries(journal.thread_id)) == 1
+
+
+def background_graph(journal: RunJournal, spawn: Any, direct: bool) -> tuple[Any, Any]:
+    """A graph whose first node hands a call given the journal (a chain calling a model, or
+    the model called ``direct``ly) to ``spawn``, and returns once the call started without
+    waiting for it; the lead agent then answers "done" (10 + 5 tokens). Returns the graph and
+    the event that lets the call's model answer ("late answer", 30 + 10 tokens)."""
+    started, go = threading.Event(), threading.Event()
+
+    def answers() -> Iterator[AIMessage]:
+        started.set()  # the model call started: on_chat_model_start came before
+        go.wait(timeout=30)
+        yield ai("late answer", tokens=(30, 10))
+
+    helper = ScriptedChatModel(messages=answers())
+
+    def start(state: MessagesState) -> dict[str, Any]:
+        prompt, config = [HumanMessage("sum up")], {"callbacks": [journal]}
+        if direct:
+            spawn(lambda: helper.invoke(prompt, config).content)
+        else:
+            spawn(lambda: RunnableLambda(lambda p: helper.invoke(p).content).invoke(prompt, config))
+        started.wait(timeout=30)
+        return {}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("start", start)
+    builder.add_node("agent", model_node(scripted(ai("done", tokens=(10, 5)))))
+    builder.add_edge(START, "start")
+    builder.add_edge("start", "agent")
+    return builder.compile(), go
+
+
+async def late_call_follows_the_end(journal: RunJournal, store: RunEventStore) -> None:
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.human.input", "llm.ai.response", "run.end",
+                        "llm.ai.response"]  # fmt: skip
+    assert summary.total_tokens == 15 + 40 and summary.llm_call_count == 2
+    assert summary.status == "success" and summary.message_count == 3
+    assert summary.last_ai_message == "late answer"
+    assert len(await store.list_run_summaries(journal.thread_id)) == 1
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["chain", "model"])
+async def test_a_call_still_running_when_its_run_ended_is_recorded_in_that_run(store, direct):
+    """A call that a node leaves running (here a thread it does not wait for) joined the run
+    while it was active: what it does after the run ended follows the run's end."""
+    journal = RunJournal(event_store=store)
+    # A thread pool that passes on the node's context, as LangChain's own does: the call
+    # knows which run called it.
+    with ContextThreadPoolExecutor(max_workers=1) as pool:
+        futures: list[Any] = []
+        graph, go = background_graph(
+            journal, lambda work: futures.append(pool.submit(work)), direct
+        )
+        await graph.ainvoke(QUESTION, {"callbacks": [journal]})
+        ended = journal.run_id
+        go.set()
+        assert await asyncio.wrap_future(futures[0]) == "late answer"
+    await journal.flush()
+    assert journal.run_id == ended
+    await late_call_follows_the_end(journal, store)
+
+
+def test_a_call_still_running_when_a_plain_invoke_returned_is_written_when_it_ends():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    with ContextThreadPoolExecutor(max_workers=1) as pool:
+        futures: list[Any] = []
+        graph, go = background_graph(journal, lambda work: futures.append(pool.submit(work)), False)
+        graph.invoke(QUESTION, {"callbacks": [journal]})
+        go.set()
+        assert futures[0].result(timeout=30) == "late answer"
+    # No flush: the late call's end wrote what it added, as a plain invoke's end does.
+    asyncio.run(late_call_follows_the_end(journal, store))
+
+
+def test_calls_whose_end_never_comes_are_not_kept_forever():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    for _ in range(1500):  # each run leaves a nested chain that never reports its end
+        root = uuid.uuid4()
+        journal.on_chain_start(None, {}, run_id=root, name="graph")
+        journal.on_chain_start(None, {}, run_id=uuid.uuid4(), parent_run_id=root)
+        journal.on_chain_end({}, run_id=root)
+    assert 1000 <= len(journal._runs) <= 1100  # the latest such calls only
 
 
 def approval_graph() -> Any:
