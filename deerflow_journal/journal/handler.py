@@ -546,11 +546,13 @@ class RunJournal(GraphCallbackHandler):
 
     def _keep_late_calls(self, state: RunState) -> None:
         """Keep the calls of a run that just ended that are still running (a task a node did
-        not wait for): their later callbacks add to it (call with the lock held)."""
+        not wait for): their later callbacks add to it (call with the lock held). Calls such
+        a call started since an earlier run ended are counted in too, so that the latest
+        ``_LATE_CALLS_REMEMBERED`` are all that is kept."""
         runs, late = self._runs, self._late_calls
         for key, value in list(runs.items()):
-            if value is state:
-                late[key] = None
+            if value is state or value.ended:
+                late[key] = None  # a key already there keeps its place
         while len(late) > _LATE_CALLS_REMEMBERED:
             key, _ = late.popitem(last=False)
             found = runs.get(key)
@@ -558,12 +560,16 @@ class RunJournal(GraphCallbackHandler):
                 del runs[key]
 
     def _wrote_late(self, state: RunState) -> None:
-        """Write what was added to a run after it ended, and its summary again (call without
-        the lock). Tool errors are not held for a retry then: the run's end settled those."""
+        """Write what was added to a run after its terminal event, and its summary again
+        (call without the lock). Tool errors are not held for a retry then: the run's end
+        settled those."""
         with self._lock:
             for event in state.outcomes.settle():
                 self._emit(state, event)
-            self._queue_summary(state)
+            # Under a fixed run id a later run may hold the same ids: its summary is kept.
+            holder = self._bound.get((state.thread_id, state.run_id))
+            if holder is None or holder is state:
+                self._queue_summary(state)
             last = not self._open_runs
         self._writer.run_ended(state, self._writer.caller_loop(state.sync), last)
 
@@ -594,6 +600,7 @@ class RunJournal(GraphCallbackHandler):
                 reason = mapping.UNRESOLVED_REASONS[stopped_by]
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit_own(state, terminal)  # copied in _end_run, under the lock
+            state.closed = True
             self._queue_summary(state)
             last = not self._open_runs
         self._writer.run_ended(state, loop, last)
@@ -698,7 +705,7 @@ class RunJournal(GraphCallbackHandler):
             self._end_run(run_id, outputs, error)
         else:
             self._runs.pop(getattr(run_id, "int", run_id), None)
-            if state.ended:
+            if state.closed:
                 self._wrote_late(state)
 
     def _own_run(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
@@ -761,7 +768,7 @@ class RunJournal(GraphCallbackHandler):
         finally:
             self._lock.release()
         if changed:
-            if state.status != "running":  # state.ended, inlined: a call left running
+            if state.closed:  # a call left running when its run ended
                 self._wrote_late(state)
             else:
                 self._writer.changed(state)
@@ -861,7 +868,7 @@ class RunJournal(GraphCallbackHandler):
             self._lock.release()
         if parent_run_id is None:
             self._leaf_ended(state, run_id, messages[0] if len(messages) == 1 else messages, None)
-        elif state.status != "running":  # state.ended, inlined: a call left running
+        elif state.closed:  # a call left running when its run ended
             self._wrote_late(state)
         elif self._writer.progress is not None:
             self._writer.changed(state)
@@ -886,7 +893,7 @@ class RunJournal(GraphCallbackHandler):
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
         if parent_run_id is None:
             self._leaf_ended(state, run_id, None, error)
-        elif state.ended:
+        elif state.closed:
             self._wrote_late(state)
 
     # -- tools ---------------------------------------------------------------------------------
@@ -951,7 +958,7 @@ class RunJournal(GraphCallbackHandler):
             self._lock.release()
         if parent_run_id is None:
             self._leaf_ended(state, run_id, output, None)
-        elif state.status != "running":  # state.ended, inlined: a call left running
+        elif state.closed:  # a call left running when its run ended
             self._wrote_late(state)
         elif messages and self._writer.progress is not None:
             self._writer.changed(state)
@@ -979,7 +986,7 @@ class RunJournal(GraphCallbackHandler):
             self._tool_failed(state, key, error, caller, kwargs)
         if parent_run_id is None:
             self._leaf_ended(state, run_id, None, error)
-        elif state.ended:
+        elif state.closed:
             self._wrote_late(state)
 
     def _tool_run(self, key: Hashable, parent_run_id: UUID | None) -> RunState | None:
@@ -1040,7 +1047,7 @@ class RunJournal(GraphCallbackHandler):
             if state is None:
                 return
             self._emit(state, event)
-        if state.ended:
+        if state.closed:
             self._wrote_late(state)
 
     def record_subagent_chunk(self, chunk: Mapping[str, Any]) -> bool:
@@ -1094,7 +1101,10 @@ class RunJournal(GraphCallbackHandler):
         if not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         with self._lock:
-            self._recorder_state(after_end=False).first_human_message = text
+            state = self._recorder_state(after_end=False)
+            state.first_human_message = text
+        if state.closed:  # called from a call left running when its run ended
+            self._wrote_late(state)
 
     def record_external_llm_usage_records(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Add token usage of model calls made elsewhere; return how many records counted.
@@ -1111,7 +1121,7 @@ class RunJournal(GraphCallbackHandler):
         with self._lock:
             state = self._recorder_state()
             counted = state.usage.add_external(records)
-        if counted and state.ended:
+        if counted and state.closed:
             self._wrote_late(state)
         elif counted:
             self._writer.changed(state)

@@ -144,6 +144,7 @@ class RunState:
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
+    closed: bool = False  # its terminal event is written: what comes later follows it
     unbound_events: list[Mapping[str, Any]] = field(default_factory=list)
     workspace_before: Any = None
 

@@ -19,6 +19,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.config import ContextThreadPoolExecutor
@@ -301,7 +302,9 @@ async def test_a_model_given_the_journal_inside_a_node_is_part_of_the_run(store)
     assert len(await store.list_run_summaries(journal.thread_id)) == 1
 
 
-def background_graph(journal: RunJournal, spawn: Any, direct: bool) -> tuple[Any, Any]:
+def background_graph(
+    journal: RunJournal, spawn: Any, direct: bool, **compile_kwargs: Any
+) -> tuple[Any, Any]:
     """A graph whose first node hands a call given the journal (a chain calling a model, or
     the model called ``direct``ly) to ``spawn``, and returns once the call started without
     waiting for it; the lead agent then answers "done" (10 + 5 tokens). Returns the graph and
@@ -329,7 +332,7 @@ def background_graph(journal: RunJournal, spawn: Any, direct: bool) -> tuple[Any
     builder.add_node("agent", model_node(scripted(ai("done", tokens=(10, 5)))))
     builder.add_edge(START, "start")
     builder.add_edge("start", "agent")
-    return builder.compile(), go
+    return builder.compile(**compile_kwargs), go
 
 
 async def late_call_follows_the_end(journal: RunJournal, store: RunEventStore) -> None:
@@ -376,14 +379,53 @@ def test_a_call_still_running_when_a_plain_invoke_returned_is_written_when_it_en
     asyncio.run(late_call_follows_the_end(journal, store))
 
 
-def test_calls_whose_end_never_comes_are_not_kept_forever():
+def test_a_call_left_running_leaves_the_summary_of_a_later_run_under_its_id_alone():
+    store = MemoryRunEventStore()
+    journal = RunJournal(run_id="job", thread_id="t", event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "t"}}
+    with ContextThreadPoolExecutor(max_workers=1) as pool:
+        futures: list[Any] = []
+        graph, go = background_graph(
+            journal,
+            lambda work: futures.append(pool.submit(work)),
+            False,
+            checkpointer=InMemorySaver(),
+            interrupt_before=["agent"],
+        )
+        graph.invoke(QUESTION, config)  # paused before the agent; the call is left running
+        graph.invoke(None, config)  # the resume: a second run under the same ids
+        go.set()
+        assert futures[0].result(timeout=30) == "late answer"
+    summary = asyncio.run(store.get_run_summary("t", "job"))
+    assert summary is not None and summary == journal.summary()
+    assert summary.status == "success" and summary.total_tokens == 15
+    events = asyncio.run(store.list_events("t", "job"))
+    assert [e["event_type"] for e in events][-3:] == [
+        "llm.ai.response",
+        "run.end",
+        "llm.ai.response",
+    ]
+
+
+async def test_calls_whose_end_never_comes_are_not_kept_forever():
     journal = RunJournal(event_store=MemoryRunEventStore())
-    for _ in range(1500):  # each run leaves a nested chain that never reports its end
-        root = uuid.uuid4()
+    result = LLMResult(generations=[[ChatGeneration(message=ai("late", tokens=(3, 2)))]])
+    for _ in range(1500):  # each run leaves a chain whose end never comes, as does its child
+        root, left = uuid.uuid4(), uuid.uuid4()
         journal.on_chain_start(None, {}, run_id=root, name="graph")
-        journal.on_chain_start(None, {}, run_id=uuid.uuid4(), parent_run_id=root)
+        journal.on_chain_start(None, {}, run_id=left, parent_run_id=root)
         journal.on_chain_end({}, run_id=root)
-    assert 1000 <= len(journal._runs) <= 1100  # the latest such calls only
+        journal.on_chain_start(None, {}, run_id=uuid.uuid4(), parent_run_id=left)
+    assert len(journal._runs) <= 1024 + 2  # the latest such calls only
+    # The latest is still its run's.
+    model = uuid.uuid4()
+    journal.on_chat_model_start({}, [[HumanMessage("q")]], run_id=model, parent_run_id=left)
+    journal.on_llm_end(result, run_id=model, parent_run_id=left)
+    events = await run_events(journal, flush=True)
+    assert [e["event_type"] for e in events] == [
+        "run.start", "run.end", "llm.human.input", "llm.ai.response"
+    ]  # fmt: skip
+    assert journal.summary().total_tokens == 5
 
 
 def approval_graph() -> Any:
