@@ -266,6 +266,7 @@ class RunJournal(GraphCallbackHandler):
         already)."""
         if event["category"] == "message":
             state.message_count += 1
+            state.messages.append(event["content"])
         thread_id, run_id = state.thread_id, state.run_id
         if thread_id is not None and run_id is not None:  # state.bound, inlined
             # The event dict is ours (built for this event, emitted once): it becomes the
@@ -500,6 +501,7 @@ class RunJournal(GraphCallbackHandler):
             if isinstance(message, ToolMessage) and state.outcomes.answered_without_callback(
                 message.tool_call_id
             ):
+                state.answered_calls.add(message.tool_call_id)
                 self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
                 written = True
         return written
@@ -601,6 +603,8 @@ class RunJournal(GraphCallbackHandler):
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit_own(state, terminal)  # copied in _end_run, under the lock
             state.closed = True
+            state.messages = []  # kept only to tell a Command's repeats from what it adds
+            state.new_humans.release()
             self._queue_summary(state)
             last = not self._open_runs
         self._writer.run_ended(state, loop, last)
@@ -951,9 +955,16 @@ class RunJournal(GraphCallbackHandler):
             if state is None:
                 return
             state.tool_starts.pop(key, None)
+            if type(output) is not ToolMessage and messages:  # a Command's update
+                messages = self._new_messages(state, messages)
             for message in messages:
+                call_id = getattr(message, "tool_call_id", None)
+                if call_id:
+                    if call_id in state.answered_calls:
+                        continue  # answered already, before its node was retried
+                    state.answered_calls.add(call_id)
                 self._emit_own(state, mapping.tool_result_event(message, caller))
-                state.outcomes.resolve(getattr(message, "tool_call_id", None))
+                state.outcomes.resolve(call_id)
         finally:
             self._lock.release()
         if parent_run_id is None:
@@ -962,6 +973,14 @@ class RunJournal(GraphCallbackHandler):
             self._wrote_late(state)
         elif messages and self._writer.progress is not None:
             self._writer.changed(state)
+
+    @staticmethod
+    def _new_messages(state: RunState, messages: list[BaseMessage]) -> list[BaseMessage]:
+        """The messages of a tool's ``Command`` update that the conversation does not hold
+        yet (call with the lock held): a handoff repeats the whole state, of which LangGraph's
+        ``add_messages`` keeps one message per id."""
+        known = state.new_humans.state_ids() | {m.id for m in state.messages}
+        return [m for m in messages if m.id is None or m.id not in known]
 
     def on_tool_error(
         self,

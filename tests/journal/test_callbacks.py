@@ -19,7 +19,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import InjectedState, ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import ToolCallWithContext
 from langgraph.types import Command, RetryPolicy, Send, interrupt
 
@@ -28,6 +28,7 @@ from tests.journal.agents import (
     ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
     FailingChatModel,
+    add,
     agent_graph,
     ai,
     model_node,
@@ -65,9 +66,9 @@ def of_type(events: list[RunEvent], event_type: str) -> list[RunEvent]:
     return [e for e in events if e["event_type"] == event_type]
 
 
-async def journaled(graph: Any, journal: RunJournal, *messages: Any, **config: Any) -> None:
+async def journaled(graph: Any, journal: RunJournal, *messages: Any, **config: Any) -> Any:
     inputs = {"messages": list(messages) or [HumanMessage("What is 1 + 2?")]}
-    await graph.ainvoke(inputs, {"callbacks": [journal], **config})
+    return await graph.ainvoke(inputs, {"callbacks": [journal], **config})
 
 
 # -- model responses -----------------------------------------------------------------------
@@ -341,6 +342,59 @@ async def test_command_with_a_single_message_like_update_is_one_tool_result():
     assert of_type(events, "tool.unresolved") == []
 
 
+@tool
+def transfer_to_b(
+    tool_call_id: Annotated[str, InjectedToolCallId], state: Annotated[dict, InjectedState]
+) -> Command:
+    """Hand the conversation to agent b (a handoff tool, as supervisors and swarms use)."""
+    done = ToolMessage("Transferred to b", tool_call_id=tool_call_id)
+    return Command(goto="b", graph=Command.PARENT, update={"messages": [*state["messages"], done]})
+
+
+def handoff_graph(*script: AIMessage) -> Any:
+    """Agent a (a tool agent, as a subgraph) answers with ``script`` and may hand off to b,
+    which answers "42"."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("a", agent_graph(scripted(*script), [add, transfer_to_b]), destinations=("b",))
+    builder.add_node("b", model_node(scripted(ai("42"))))
+    builder.add_edge(START, "a")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+async def projection_is_the_state(journal: RunJournal, state: dict[str, Any]) -> None:
+    """The thread's stored messages are those of the graph's final state, each once."""
+    await journal.flush()
+    assert journal.thread_id is not None
+    stored = await journal.event_store.list_messages(journal.thread_id, limit=100)
+    assert [(m["content"]["type"], m["content"]["content"]) for m in stored] == [
+        (m.type, m.content) for m in state["messages"]
+    ]
+
+
+async def test_a_command_repeating_the_conversation_adds_only_its_new_messages():
+    """A handoff's update repeats the messages the state holds (add_messages keeps one of
+    each, by id): only the message the tool added is its result."""
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    graph = handoff_graph(
+        ai("", calls=[("add", {"a": 1, "b": 2}, "a1")]),
+        ai("", calls=[("transfer_to_b", {}, "h1")]),
+    )
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "handoff"}}
+    state = await graph.ainvoke({"messages": [HumanMessage("add 1 and 2, then ask b")]}, config)
+    assert len(state["messages"]) == 6
+    await projection_is_the_state(journal, state)
+
+
+async def test_a_command_repeating_earlier_turns_adds_only_its_new_messages():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    graph = handoff_graph(ai("hello"), ai("", calls=[("transfer_to_b", {}, "h1")]))
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "handoff"}}
+    await graph.ainvoke({"messages": [HumanMessage("hi")]}, config)
+    state = await graph.ainvoke({"messages": [HumanMessage("ask b")]}, config)
+    assert len(state["messages"]) == 6
+    await projection_is_the_state(journal, state)
+
+
 def retried_tools_agent(failures: int) -> Any:
     """A tool agent whose tools node is retried; its tool fails ``failures`` times first."""
     attempts: list[int] = []
@@ -362,6 +416,37 @@ def retried_tools_agent(failures: int) -> Any:
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
     return graph.compile()
+
+
+async def test_a_call_answered_before_its_node_was_retried_has_one_result():
+    """A tools node retried because one call failed runs its other call again: that call
+    keeps its one result (the first; the run's state holds one answer per call)."""
+    attempts: list[str] = []
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fail at first, then work."""
+        attempts.append(url)
+        if len(attempts) == 1:
+            raise ConnectionError("reset")
+        return "<html/>"
+
+    calls = [("add", {"a": 1, "b": 2}, "c_add"), ("fetch", {"url": "x"}, "c_fetch")]
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model_node(scripted(ai("", calls=calls), ai("done"))))
+    retry = RetryPolicy(max_attempts=2, initial_interval=0.0, jitter=False)
+    tools = ToolNode([add, fetch], handle_tool_errors=False)
+    graph.add_node("tools", tools, retry_policy=retry)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    state = await journaled(graph.compile(), journal)
+    events = await run_events(journal, flush=True)
+    results = [e["metadata"]["tool_call_id"] for e in of_type(events, "llm.tool.result")]
+    assert sorted(results) == ["c_add", "c_fetch"]
+    assert of_type(events, "tool.error") == [] and of_type(events, "tool.unresolved") == []
+    assert journal.summary().message_count == len(state["messages"]) == 5
 
 
 async def test_a_retried_tool_call_that_succeeds_has_only_its_result():
