@@ -266,7 +266,6 @@ class RunJournal(GraphCallbackHandler):
         already)."""
         if event["category"] == "message":
             state.message_count += 1
-            state.messages.append(event["content"])
         thread_id, run_id = state.thread_id, state.run_id
         if thread_id is not None and run_id is not None:  # state.bound, inlined
             # The event dict is ours (built for this event, emitted once): it becomes the
@@ -501,7 +500,6 @@ class RunJournal(GraphCallbackHandler):
             if isinstance(message, ToolMessage) and state.outcomes.answered_without_callback(
                 message.tool_call_id
             ):
-                state.answered_calls.add(message.tool_call_id)
                 self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
                 written = True
         return written
@@ -603,7 +601,6 @@ class RunJournal(GraphCallbackHandler):
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit_own(state, terminal)  # copied in _end_run, under the lock
             state.closed = True
-            state.messages = []  # kept only to tell a Command's repeats from what it adds
             state.new_humans.release()
             self._queue_summary(state)
             last = not self._open_runs
@@ -783,6 +780,7 @@ class RunJournal(GraphCallbackHandler):
         if state.first_human_message is None:
             state.first_human_message = mapping.message_text(human)
         self._emit_own(state, mapping.human_input_event(human))  # a message
+        state.message_ids.add(human.id)
 
     def on_llm_start(
         self,
@@ -845,6 +843,7 @@ class RunJournal(GraphCallbackHandler):
                 )
                 usages.append(event["metadata"]["usage"])
                 self._emit_own(state, event)  # content is the message itself
+                state.message_ids.add(message.id)
                 if lead:
                     if message.tool_calls:
                         calls = message.tool_calls
@@ -958,13 +957,9 @@ class RunJournal(GraphCallbackHandler):
             if type(output) is not ToolMessage and messages:  # a Command's update
                 messages = self._new_messages(state, messages)
             for message in messages:
-                call_id = getattr(message, "tool_call_id", None)
-                if call_id:
-                    if call_id in state.answered_calls:
-                        continue  # answered already, before its node was retried
-                    state.answered_calls.add(call_id)
-                self._emit_own(state, mapping.tool_result_event(message, caller))
-                state.outcomes.resolve(call_id)
+                # None: answered already (its tools node retried), and the first answer stays.
+                if state.outcomes.resolve(getattr(message, "tool_call_id", None)) is not None:
+                    self._emit_own(state, mapping.tool_result_event(message, caller))
         finally:
             self._lock.release()
         if parent_run_id is None:
@@ -979,8 +974,10 @@ class RunJournal(GraphCallbackHandler):
         """The messages of a tool's ``Command`` update that the conversation does not hold
         yet (call with the lock held): a handoff repeats the whole state, of which LangGraph's
         ``add_messages`` keeps one message per id."""
-        known = state.new_humans.state_ids() | {m.id for m in state.messages}
-        return [m for m in messages if m.id is None or m.id not in known]
+        known, written = state.new_humans.state_ids(), state.message_ids
+        # The run's tool results are known by their calls (ToolCallOutcomes.resolve): LangGraph
+        # gives a message its id only once it is in the state.
+        return [m for m in messages if m.id is None or (m.id not in known and m.id not in written)]
 
     def on_tool_error(
         self,

@@ -17,13 +17,15 @@ class ToolCallOutcomes:
     model call, or the run's end): a retry that succeeds replaces it with its result.
     """
 
-    __slots__ = ("held", "pending")
+    __slots__ = ("ended", "held", "pending")
 
     def __init__(self) -> None:
         #: Requested calls without an outcome: id -> (tool name, the control flow that stopped it).
         self.pending: dict[str, tuple[str | None, RunStatus | None]] = {}
         #: Held errors: id -> (caller, its ``tool.error``), until the call cannot be retried.
         self.held: dict[str, tuple[str, Mapping[str, Any]]] = {}
+        #: Requested calls that have their outcome.
+        self.ended: set[str] = set()
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
         """Start waiting for an outcome of each call (calls without an id cannot be matched)."""
@@ -32,12 +34,17 @@ class ToolCallOutcomes:
             if isinstance(call_id, str) and call_id:
                 self.pending[call_id] = (call.get("name"), None)
 
-    def resolve(self, tool_call_id: str | None) -> bool:
-        """Mark a call as ended (dropping an error a retry made good); False if not pending."""
+    def resolve(self, tool_call_id: str | None) -> bool | None:
+        """Mark a call as ended (dropping an error a retry made good); False if it was not
+        requested, ``None`` if it ended already (a tools node retried after another call
+        failed answers it again)."""
         if tool_call_id is None:
             return False
         self.held.pop(tool_call_id, None)
-        return self.pending.pop(tool_call_id, False) is not False
+        if self.pending.pop(tool_call_id, False) is not False:
+            self.ended.add(tool_call_id)
+            return True
+        return None if tool_call_id in self.ended else False
 
     def answered_without_callback(self, tool_call_id: str | None) -> bool:
         """End a call that a message answers though no tool callback saw it (LangGraph's
@@ -47,6 +54,7 @@ class ToolCallOutcomes:
         if self.pending[tool_call_id][1] is not None:  # stopped by control flow
             return False
         del self.pending[tool_call_id]
+        self.ended.add(tool_call_id)
         return True
 
     def stopped(self, tool_call_id: str | None, status: RunStatus) -> None:

@@ -152,10 +152,8 @@ class RunState:
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)
     message_count: int = 0
-    # The messages written (until the run closes), and the tool calls a result answered: a
-    # tool's Command may repeat what the conversation holds, a retried node a call's answer.
-    messages: list[BaseMessage] = field(default_factory=list)
-    answered_calls: set[str] = field(default_factory=set)
+    # The ids of the human and AI messages written: a tool's Command may repeat them.
+    message_ids: set[str | None] = field(default_factory=set)
     dropped_events: int = 0  # refused by the store for good
     last_ai_message: str | None = None
     first_human_message: str | None = None
