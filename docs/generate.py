@@ -76,9 +76,10 @@ WRITTEN_BY: dict[str, str] = {
         "`mapping.tool_result_event`. A `ToolMessage` no tool callback produced (LangGraph's "
         "`ToolNode` answering an unknown tool) is written by `_reconcile`, from the next "
         "lead-agent prompt (`on_chat_model_start`) or the root outputs (`_end_run`). Of a "
-        "`Command` update, only the messages the conversation does not hold yet "
-        "(`_new_messages`: a handoff repeats the whole state); a call answered already in "
-        "the run (its node retried) keeps its first result."
+        "`Command` update, only the messages that the state the tool's node started from "
+        "does not hold (`_new_messages`: a handoff repeats that whole state); an answer "
+        "the same as the call's last one (its tools node retried) is not written again "
+        "(`ToolCallOutcomes.answered`)."
     ),
     "llm.error": "`RunJournal.on_llm_error` -> `mapping.llm_error_event`.",
     "tool.error": (

@@ -197,6 +197,8 @@ class RunJournal(GraphCallbackHandler):
         self.track_token_usage = track_token_usage
         self._lock = threading.Lock()
         self._runs: dict[Hashable, RunState] = {}  # keyed by _key(run id)
+        # The inputs of the nested chains running (a node's: the state it started from).
+        self._chain_inputs: dict[Hashable, Any] = {}
         self._open_runs = 0  # runs started and not ended
         # Keys left in _runs by calls still running when their run ended, oldest first.
         self._late_calls: OrderedDict[Hashable, None] = OrderedDict()
@@ -385,7 +387,9 @@ class RunJournal(GraphCallbackHandler):
             # One dict lookup and one store, each atomic: nested chains need no lock.
             state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
-                self._runs[getattr(run_id, "int", run_id)] = state
+                key = getattr(run_id, "int", run_id)
+                self._runs[key] = state
+                self._chain_inputs[key] = inputs
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
             return
@@ -488,7 +492,9 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._end_run(run_id, outputs, None)
         else:
-            state = self._runs.pop(getattr(run_id, "int", run_id), None)  # one atomic pop
+            key = getattr(run_id, "int", run_id)
+            state = self._runs.pop(key, None)  # one atomic pop
+            self._chain_inputs.pop(key, None)
             if state is not None and not state.new_humans.state_seen:
                 state.new_humans.saw_outputs(outputs)
 
@@ -516,7 +522,9 @@ class RunJournal(GraphCallbackHandler):
         if parent_run_id is None:
             self._end_run(run_id, None, error)
         else:
-            self._runs.pop(getattr(run_id, "int", run_id), None)
+            key = getattr(run_id, "int", run_id)
+            self._runs.pop(key, None)
+            self._chain_inputs.pop(key, None)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
@@ -558,6 +566,7 @@ class RunJournal(GraphCallbackHandler):
             found = runs.get(key)
             if found is not None and found.ended:
                 del runs[key]
+                self._chain_inputs.pop(key, None)
 
     def _wrote_late(self, state: RunState) -> None:
         """Write what was added to a run after its terminal event, and its summary again
@@ -601,7 +610,6 @@ class RunJournal(GraphCallbackHandler):
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
             self._emit_own(state, terminal)  # copied in _end_run, under the lock
             state.closed = True
-            state.new_humans.release()
             self._queue_summary(state)
             last = not self._open_runs
         self._writer.run_ended(state, loop, last)
@@ -780,7 +788,6 @@ class RunJournal(GraphCallbackHandler):
         if state.first_human_message is None:
             state.first_human_message = mapping.message_text(human)
         self._emit_own(state, mapping.human_input_event(human))  # a message
-        state.message_ids.add(human.id)
 
     def on_llm_start(
         self,
@@ -843,7 +850,6 @@ class RunJournal(GraphCallbackHandler):
                 )
                 usages.append(event["metadata"]["usage"])
                 self._emit_own(state, event)  # content is the message itself
-                state.message_ids.add(message.id)
                 if lead:
                     if message.tool_calls:
                         calls = message.tool_calls
@@ -955,10 +961,10 @@ class RunJournal(GraphCallbackHandler):
                 return
             state.tool_starts.pop(key, None)
             if type(output) is not ToolMessage and messages:  # a Command's update
-                messages = self._new_messages(state, messages)
+                messages = self._new_messages(parent_run_id, messages)
+            outcomes = state.outcomes
             for message in messages:
-                # None: answered already (its tools node retried), and the first answer stays.
-                if state.outcomes.resolve(getattr(message, "tool_call_id", None)) is not None:
+                if outcomes.answered(getattr(message, "tool_call_id", None), message.content):
                     self._emit_own(state, mapping.tool_result_event(message, caller))
         finally:
             self._lock.release()
@@ -969,15 +975,17 @@ class RunJournal(GraphCallbackHandler):
         elif messages and self._writer.progress is not None:
             self._writer.changed(state)
 
-    @staticmethod
-    def _new_messages(state: RunState, messages: list[BaseMessage]) -> list[BaseMessage]:
-        """The messages of a tool's ``Command`` update that the conversation does not hold
-        yet (call with the lock held): a handoff repeats the whole state, of which LangGraph's
-        ``add_messages`` keeps one message per id."""
-        known, written = state.new_humans.state_ids(), state.message_ids
-        # The run's tool results are known by their calls (ToolCallOutcomes.resolve): LangGraph
-        # gives a message its id only once it is in the state.
-        return [m for m in messages if m.id is None or (m.id not in known and m.id not in written)]
+    def _new_messages(
+        self, parent_run_id: UUID | None, messages: list[BaseMessage]
+    ) -> list[BaseMessage]:
+        """The messages of a tool's ``Command`` update that the state its node started from
+        does not hold (call with the lock held): a handoff repeats that whole state, of which
+        LangGraph's ``add_messages`` keeps one message per id."""
+        inputs = self._chain_inputs.get(getattr(parent_run_id, "int", parent_run_id))
+        if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
+            inputs = inputs.get("state")  # the prebuilt agent sends each call with the state
+        known = {m.id for m in mapping.messages_in(inputs)} if inputs is not None else ()
+        return [m for m in messages if m.id is None or m.id not in known]
 
     def on_tool_error(
         self,

@@ -17,15 +17,15 @@ class ToolCallOutcomes:
     model call, or the run's end): a retry that succeeds replaces it with its result.
     """
 
-    __slots__ = ("ended", "held", "pending")
+    __slots__ = ("answers", "held", "pending")
 
     def __init__(self) -> None:
         #: Requested calls without an outcome: id -> (tool name, the control flow that stopped it).
         self.pending: dict[str, tuple[str | None, RunStatus | None]] = {}
         #: Held errors: id -> (caller, its ``tool.error``), until the call cannot be retried.
         self.held: dict[str, tuple[str, Mapping[str, Any]]] = {}
-        #: Requested calls that have their outcome.
-        self.ended: set[str] = set()
+        #: The content of each call's latest result, until the run closes.
+        self.answers: dict[str, Any] = {}
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
         """Start waiting for an outcome of each call (calls without an id cannot be matched)."""
@@ -34,17 +34,27 @@ class ToolCallOutcomes:
             if isinstance(call_id, str) and call_id:
                 self.pending[call_id] = (call.get("name"), None)
 
-    def resolve(self, tool_call_id: str | None) -> bool | None:
-        """Mark a call as ended (dropping an error a retry made good); False if it was not
-        requested, ``None`` if it ended already (a tools node retried after another call
-        failed answers it again)."""
+    def resolve(self, tool_call_id: str | None) -> bool:
+        """Mark a call as ended (dropping an error a retry made good); False if not pending."""
         if tool_call_id is None:
             return False
         self.held.pop(tool_call_id, None)
-        if self.pending.pop(tool_call_id, False) is not False:
-            self.ended.add(tool_call_id)
+        return self.pending.pop(tool_call_id, False) is not False
+
+    def answered(self, tool_call_id: str | None, content: Any) -> bool:
+        """End a call with a result whose content is ``content``; False if that very result
+        is its latest already (a tools node retried after another of its calls failed runs
+        this one again): it is not written twice. A different one is: the model sees it."""
+        if tool_call_id is None:
             return True
-        return None if tool_call_id in self.ended else False
+        if self.held:  # resolve(), inlined: one call per tool result
+            self.held.pop(tool_call_id, None)
+        self.pending.pop(tool_call_id, None)
+        answers = self.answers
+        if tool_call_id in answers and answers[tool_call_id] == content:
+            return False
+        answers[tool_call_id] = content
+        return True
 
     def answered_without_callback(self, tool_call_id: str | None) -> bool:
         """End a call that a message answers though no tool callback saw it (LangGraph's
@@ -54,7 +64,6 @@ class ToolCallOutcomes:
         if self.pending[tool_call_id][1] is not None:  # stopped by control flow
             return False
         del self.pending[tool_call_id]
-        self.ended.add(tool_call_id)
         return True
 
     def stopped(self, tool_call_id: str | None, status: RunStatus) -> None:
@@ -84,4 +93,5 @@ class ToolCallOutcomes:
         request order: a call's own stop, else the run's terminal ``status``."""
         pending = [(id_, name, own or status) for id_, (name, own) in self.pending.items()]
         self.pending.clear()
+        self.answers.clear()  # the run closed: nothing of it runs again
         return pending

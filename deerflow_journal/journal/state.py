@@ -48,14 +48,13 @@ class NewHumans:
     and looked into only when a question is checked: most runs check one.
     """
 
-    __slots__ = ("_added", "_inputs", "_old_ids", "_state", "_state_ids", "state_seen")
+    __slots__ = ("_added", "_inputs", "_old_ids", "_state", "state_seen")
 
     def __init__(self) -> None:
         self._inputs: Any = None
         self._state: Any = None
         self._old_ids: set[str] | None = None
         self._added: set[str] = set()  # texts of humans added before the state was seen
-        self._state_ids: set[str] | None = None  # of every message in the state, once asked
         #: True once a nested chain started from the run's state (read at every chain).
         self.state_seen = False
 
@@ -96,19 +95,8 @@ class NewHumans:
                 and m.id is not None
                 and message_text(m) not in brought
             }
+            self._state = None  # seen, and no longer needed
         return message.id not in self._old_ids
-
-    def state_ids(self) -> set[str]:
-        """The ids of the messages in the state the run started from (none if no nested
-        chain showed it, or once the run closed)."""
-        if self._state_ids is None:
-            found = messages_in(self._state) if self._state is not None else []
-            self._state_ids = {m.id for m in found if m.id is not None}
-        return self._state_ids
-
-    def release(self) -> None:
-        """Let go of the run's state: the run closed."""
-        self._state = None
 
     def last_input(self) -> HumanMessage | None:
         """The last visible human message the run's inputs brought, if any."""
@@ -152,8 +140,6 @@ class RunState:
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)
     message_count: int = 0
-    # The ids of the human and AI messages written: a tool's Command may repeat them.
-    message_ids: set[str | None] = field(default_factory=set)
     dropped_events: int = 0  # refused by the store for good
     last_ai_message: str | None = None
     first_human_message: str | None = None

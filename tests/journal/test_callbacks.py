@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import pytest
@@ -351,11 +352,11 @@ def transfer_to_b(
     return Command(goto="b", graph=Command.PARENT, update={"messages": [*state["messages"], done]})
 
 
-def handoff_graph(*script: AIMessage) -> Any:
+def handoff_graph(*script: AIMessage, tools: Sequence[Any] = (add, transfer_to_b)) -> Any:
     """Agent a (a tool agent, as a subgraph) answers with ``script`` and may hand off to b,
     which answers "42"."""
     builder = StateGraph(MessagesState)
-    builder.add_node("a", agent_graph(scripted(*script), [add, transfer_to_b]), destinations=("b",))
+    builder.add_node("a", agent_graph(scripted(*script), tools), destinations=("b",))
     builder.add_node("b", model_node(scripted(ai("42"))))
     builder.add_edge(START, "a")
     return builder.compile(checkpointer=InMemorySaver())
@@ -381,6 +382,32 @@ async def test_a_command_repeating_the_conversation_adds_only_its_new_messages()
     )
     config: Any = {"callbacks": [journal], "configurable": {"thread_id": "handoff"}}
     state = await graph.ainvoke({"messages": [HumanMessage("add 1 and 2, then ask b")]}, config)
+    assert len(state["messages"]) == 6
+    await projection_is_the_state(journal, state)
+
+
+@tool
+def ask_then_transfer(
+    tool_call_id: Annotated[str, InjectedToolCallId], state: Annotated[dict, InjectedState]
+) -> Command:
+    """Ask a human, then hand the conversation to agent b."""
+    answer = interrupt("hand over?")
+    done = ToolMessage(f"Transferred to b ({answer})", tool_call_id=tool_call_id)
+    return Command(goto="b", graph=Command.PARENT, update={"messages": [*state["messages"], done]})
+
+
+async def test_a_command_repeating_a_resumed_subgraph_adds_only_its_new_messages():
+    """Resumed, agent a's subgraph starts from its own checkpoint: what the handoff repeats
+    was written by the run that paused."""
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    graph = handoff_graph(
+        ai("", calls=[("add", {"a": 1, "b": 2}, "a1")]),
+        ai("", calls=[("ask_then_transfer", {}, "h1")]),
+        tools=[add, ask_then_transfer],
+    )
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "handoff"}}
+    await graph.ainvoke({"messages": [HumanMessage("add 1 and 2, then ask b")]}, config)
+    state = await graph.ainvoke(Command(resume="yes"), config)
     assert len(state["messages"]) == 6
     await projection_is_the_state(journal, state)
 
@@ -418,9 +445,9 @@ def retried_tools_agent(failures: int) -> Any:
     return graph.compile()
 
 
-async def test_a_call_answered_before_its_node_was_retried_has_one_result():
-    """A tools node retried because one call failed runs its other call again: that call
-    keeps its one result (the first; the run's state holds one answer per call)."""
+def retried_pair_agent(first: Any, tags: list[str] | None = None) -> Any:
+    """A tool agent asking for two calls at once, ``first`` (called c1) and a fetch (c2) that
+    fails once; the tools node is retried, so ``first`` runs twice."""
     attempts: list[str] = []
 
     @tool
@@ -431,22 +458,51 @@ async def test_a_call_answered_before_its_node_was_retried_has_one_result():
             raise ConnectionError("reset")
         return "<html/>"
 
-    calls = [("add", {"a": 1, "b": 2}, "c_add"), ("fetch", {"url": "x"}, "c_fetch")]
+    calls = [(first.name, {"a": 1, "b": 2} if first is add else {}, "c1")]
+    calls += [("fetch", {"url": "x"}, "c2")]
     graph = StateGraph(MessagesState)
     graph.add_node("agent", model_node(scripted(ai("", calls=calls), ai("done"))))
     retry = RetryPolicy(max_attempts=2, initial_interval=0.0, jitter=False)
-    tools = ToolNode([add, fetch], handle_tool_errors=False)
+    tools = ToolNode([first, fetch], handle_tool_errors=False)
     graph.add_node("tools", tools, retry_policy=retry)
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
+    return graph.compile().with_config(tags=tags or [])
+
+
+@pytest.mark.parametrize("tags", [None, ["subagent:researcher"]], ids=["lead", "subagent"])
+async def test_a_call_answered_alike_before_its_node_was_retried_has_one_result(tags):
+    """A tools node retried because one call failed runs its other call again: the same
+    answer again is not a second result."""
     journal = RunJournal(event_store=MemoryRunEventStore())
-    state = await journaled(graph.compile(), journal)
+    state = await journaled(retried_pair_agent(add, tags), journal)
     events = await run_events(journal, flush=True)
     results = [e["metadata"]["tool_call_id"] for e in of_type(events, "llm.tool.result")]
-    assert sorted(results) == ["c_add", "c_fetch"]
+    assert sorted(results) == ["c1", "c2"]
     assert of_type(events, "tool.error") == [] and of_type(events, "tool.unresolved") == []
-    assert journal.summary().message_count == len(state["messages"]) == 5
+    assert len(state["messages"]) == 5
+    # A subagent's prompt is not the run's human input.
+    assert journal.summary().message_count == (5 if tags is None else 4)
+
+
+async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_answers():
+    """The state, and so the model, has the retry's answer: when it differs, it is written
+    too (nothing the model saw is lost)."""
+    tickets: list[str] = []
+
+    @tool
+    def stamp() -> str:
+        """Return a new ticket number."""
+        tickets.append(f"ticket-{len(tickets) + 1}")
+        return tickets[-1]
+
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    state = await journaled(retried_pair_agent(stamp), journal)
+    events = await run_events(journal, flush=True)
+    answers = [e["content"]["content"] for e in of_type(events, "llm.tool.result")]
+    assert answers[:1] + answers[-2:] == ["ticket-1", "ticket-2", "<html/>"]
+    assert "ticket-2" in [m.content for m in state["messages"]]
 
 
 async def test_a_retried_tool_call_that_succeeds_has_only_its_result():
