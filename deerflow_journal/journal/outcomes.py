@@ -45,7 +45,7 @@ class ToolCallOutcomes:
         """End a call with a result whose content is ``content``; False if that very result
         is its latest already (a tools node retried after another of its calls failed runs
         this one again): it is not written twice. A different one is: the model sees it."""
-        if tool_call_id is None:
+        if not tool_call_id:  # no call to match (None, or a tool message without one)
             return True
         if self.held:  # resolve(), inlined: one call per tool result
             self.held.pop(tool_call_id, None)
