@@ -300,6 +300,7 @@ class EventBuffer:
         self._write: _Write | None = None
         #: The loop whose guard knows this buffer (the latest one), weakly.
         self._guarded: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._write_loop: asyncio.AbstractEventLoop | None = None  # of the latest write
         self._failures = _FailedWrites()
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
@@ -410,14 +411,19 @@ class EventBuffer:
         return self._summary_spill.count + len(self._summary_chunk)
 
     def _start_locked(self, loop: asyncio.AbstractEventLoop) -> _Write | None:
+        caller = running_loop()
+        if caller is not None:
+            # Whether a write starts now, runs already (started from a worker thread, say)
+            # or goes to another loop (the journal's own store's), the caller's loop writes
+            # what is pending before it closes.
+            self._guard_locked(caller)
         if self._write is not None and self._write.is_dead():
             self._write = None
         if self._write is not None or self._saved or not self._pending_locked():
             return None
         coro = self._job()
         try:
-            if loop is running_loop():
-                self._guard_locked(loop)
+            if loop is caller:
                 future: Any = loop.create_task(coro)
             else:
                 future = asyncio.run_coroutine_threadsafe(coro, loop)
@@ -425,6 +431,7 @@ class EventBuffer:
             coro.close()
             logger.warning("journal write skipped: its event loop is closed")
             return None
+        self._write_loop = loop
         write = self._write = _Write(future, loop)
         future.add_done_callback(lambda done: self._finished(write, done))
         return write
@@ -449,8 +456,12 @@ class EventBuffer:
         with self._lock:
             if not self._pending_locked() and self._write is None:
                 return
+            # Written where the writes went (the journal's own store has a loop of its own).
+            target = self._write_loop
+            if target is None or target.is_closed():
+                target = loop
         try:
-            await asyncio.wait_for(self.flush(loop), self.wait_timeout)
+            await asyncio.wait_for(self.flush(target), self.wait_timeout)
         except BaseException as exc:  # the loop is closing: say what is lost, do not raise
             with self._lock:
                 write = self._write
@@ -568,6 +579,10 @@ class EventBuffer:
                     # A write that failed, or was cancelled with its loop, may or may not
                     # have reached the store: it is retried first, under its id. Summaries
                     # read back from their file stay in ``_summary_chunk`` for the retry.
+                    if carried and batch.summaries is not None:
+                        # Those a put_run_summary took are out of the batch: not sent again.
+                        left = {id(data) for data in batch.summaries}
+                        summaries = [item for item in summaries if id(item[2]) in left]
                     self._requeue(batch, queue, [] if from_file else summaries, close_after)
                     raise
                 if last and not instead and batch.events:
@@ -654,8 +669,8 @@ class EventBuffer:
 
         Our own stores take both in one transaction under the batch's id, unless a subclass
         overrides one of the public methods: it then sees every write, as any other store
-        does. There, events a ``put_batch`` took leave the batch, so a failing summary is
-        retried alone.
+        does. There, events a ``put_batch`` took leave the batch, and so does each summary
+        ``put_run_summary`` took: a retry sends only what is left.
         """
         if batch.summaries is None:
             batch.summaries = [data for _, _, data in summaries]
@@ -669,8 +684,9 @@ class EventBuffer:
             dumps = MessageEncoder()
             await self.store.put_batch([_plain_event(event, dumps) for event in events])
             batch.events.clear()
-        for summary in built:
-            await self.store.put_run_summary(RunSummary.model_validate(summary))
+        while built:
+            await self.store.put_run_summary(RunSummary.model_validate(built[0]))
+            del built[0]
         return True
 
     def _unstorable(self, events: list[dict[str, Any]]) -> set[int]:

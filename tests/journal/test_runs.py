@@ -5,6 +5,7 @@ flush, and stores plugged in through their public methods."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -41,7 +42,6 @@ from deerflow_journal import (
 )
 from tests.backends import Backend
 from tests.journal.agents import (
-    ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
     FailingChatModel,
     ScriptedChatModel,
@@ -564,10 +564,12 @@ from deerflow_journal import RunJournal, SqliteRunEventStore
 from tests.journal.agents import QUESTION, agent_graph, ai, scripted
 
 async def main():
-    journal = RunJournal(event_store=SqliteRunEventStore(sys.argv[1]))
-    model = scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3"))
+    path, calls, owned = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["owned"]
+    store = f"sqlite:///{path}" if owned else SqliteRunEventStore(path)
+    journal = RunJournal(event_store=store)
+    script = [ai("", calls=[("add", {"a": i, "b": 2}, f"c{i}")]) for i in range(calls)]
     config = {"callbacks": [journal], "configurable": {"thread_id": "t"}}
-    await agent_graph(model).ainvoke(QUESTION, config)
+    await agent_graph(scripted(*script, ai("done"))).ainvoke(QUESTION, config)
     print(journal.run_id)
 
 asyncio.run(main())
@@ -575,10 +577,15 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-async def test_asyncio_run_returning_without_flush_loses_nothing(tmp_path):
+@pytest.mark.parametrize("owned", [False, True], ids=["store passed in", "store opened"])
+@pytest.mark.parametrize("calls", [1, 12], ids=["one write", "writes under way"])
+async def test_asyncio_run_returning_without_flush_loses_nothing(tmp_path, calls, owned):
+    """Stored when ``asyncio.run`` returns, before anything else reads the store; with 12 tool
+    calls (38 events), writes started from the thread a sync tool runs on are under way."""
     path = tmp_path / "journal.db"
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(NO_FLUSH), str(path)],
+        [sys.executable, "-c", textwrap.dedent(NO_FLUSH), str(path), str(calls)]
+        + (["owned"] if owned else []),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -588,9 +595,12 @@ async def test_asyncio_run_returning_without_flush_loses_nothing(tmp_path):
     run_id = done.stdout.strip()
     assert "ERROR" not in done.stderr, done.stderr
     async with SqliteRunEventStore(path) as store:
-        events = await store.list_events("t", run_id)
+        events = await store.list_events("t", run_id, limit=1000)
         summary = await store.get_run_summary("t", run_id)
-    assert types(events) == ONE_TOOL_CALL_SEQUENCE
+    assert types(events) == [
+        "run.start", "llm.human.input", *["llm.ai.response", "llm.tool.result"] * calls,
+        "llm.ai.response", "run.end",
+    ]  # fmt: skip
     assert summary is not None and summary.status == "success"
 
 
@@ -710,6 +720,36 @@ class DownStore(ListStore):
 
     async def put_batch(self, events: list[dict[str, Any]]) -> None:
         raise ConnectionError("store is down")
+
+
+class FlakySummaries(ListStore):
+    """Takes every batch; refuses every other run summary while it is up, all while down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down, self.calls = True, 0
+
+    async def put_run_summary(self, summary: RunSummary) -> None:
+        self.calls += 1
+        if self.down or self.calls % 2 == 0:
+            raise ConnectionError("timeout")
+        await super().put_run_summary(summary)
+
+
+async def test_summaries_a_store_takes_one_by_one_are_not_sent_again():
+    """Each failed write starts over with the summaries not taken yet: with the store taking
+    every other one, three runs' summaries are all in after a few flushes."""
+    store = FlakySummaries()
+    journal = RunJournal(event_store=store)
+    for _ in range(3):
+        await agent_graph(scripted(ai("hi"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    store.down = False
+    for _ in range(6):
+        with contextlib.suppress(ConnectionError):
+            await journal.flush()
+            break
+    assert len(store.summaries) == 3
+    assert [e["event_type"] for e in store.events].count("run.end") == 3
 
 
 def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
