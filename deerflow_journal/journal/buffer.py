@@ -755,7 +755,13 @@ class EventBuffer:
     def _finished(self, write: _Write, future: Any) -> None:
         error = None if future.cancelled() else future.exception()
         if future.cancelled():
-            logger.warning("journal write cancelled; its events stay buffered")
+            guarded = self._guarded
+            if guarded is not None and guarded() is write.loop:
+                # Its loop is closing (asyncio.run cancels every task): the loop's guard
+                # writes them next, or says at ERROR what it could not.
+                logger.debug("journal write cancelled; its loop's guard writes its events")
+            else:
+                logger.warning("journal write cancelled; its events stay buffered")
         with self._lock:
             if self._write is write:
                 self._write = None

@@ -301,7 +301,8 @@ def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog, monkeypat
         await settle()  # the terminal write is now waiting inside the store
 
     asyncio.run(main())  # the loop ends without a flush: its shutdown cancels the write
-    assert "journal write cancelled; its events stay buffered" in caplog.messages
+    # Said once, by the loop's guard: the cancelled write's own warning would repeat it.
+    assert "journal write cancelled; its events stay buffered" not in caplog.messages
     assert "could not write 4 events of runs" in caplog.text
     store.hung = False
     journal.close()
