@@ -3,6 +3,7 @@ summaries in one write, all or nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 import orjson
@@ -83,6 +84,17 @@ async def test_a_batch_id_the_store_took_writes_nothing_the_second_time(store):
     )
     assert [e["seq"] for e in await store.list_events("t", "r")] == [1, 2]
     assert await store.get_run_summary("t", "r") == later
+
+
+async def test_a_batch_retried_while_its_first_write_still_runs_is_written_once(store):
+    # The journal's loop closing cancels a write while the store still works on it (in a
+    # thread, or in the database): the retry that follows at once must not write it again.
+    events = [start_event("t", "r") for _ in range(200)]
+    taken = await asyncio.gather(
+        *(store._put_journal_batch(events, [], batch_id="b1") for _ in range(4))
+    )
+    assert sorted(taken) == [False, False, False, True]
+    assert len(await store.list_events("t", "r", limit=1000)) == 200
 
 
 async def test_a_refused_batch_leaves_its_id_unused(store):

@@ -231,13 +231,15 @@ class JsonlRunEventStore(RunEventStore):
         return await asyncio.to_thread(self._write_sync, write)
 
     def _write_sync(self, write: Write) -> Written:
-        if write.batch_id in self._batch_ids:
-            return Written([], repeated=True)
         events, summaries = write.events, write.summaries
         threads = [*(e.thread_id for e in events), *(s["thread_id"] for s in summaries)]
         if not threads:
-            return Written([])
+            return Written([], repeated=write.batch_id in self._batch_ids)
         with self._locked(threads) as held:
+            # Looked up under the threads' locks: a retry sent while the first write of its
+            # batch still runs (its caller cancelled) waits for it, and finds its id then.
+            if write.batch_id in self._batch_ids:
+                return Written([], repeated=True)
             if write.if_absent:
                 (event,) = events
                 indexes = self._refreshed(held[event.thread_id]).indexes
