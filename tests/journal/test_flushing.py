@@ -734,7 +734,10 @@ def test_a_run_that_ends_while_a_write_builds_its_summary_stores_the_final_one()
     buffer.put_summary = put_summary  # type: ignore[method-assign]
 
     def step(value: str) -> str:
-        deadline = time.monotonic() + 5  # the write run.start began builds the summary now
+        # The write run.start began may have taken its snapshot before the run's summary was
+        # queued: an event now starts one that finds it, once that write is done.
+        journal.record_middleware("probe", name="p", hook="step", action="wait", changes={})
+        deadline = time.monotonic() + 5
         while not built_while_running and time.monotonic() < deadline:
             time.sleep(0.01)
         return value
