@@ -37,7 +37,12 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from deerflow_journal.journal.loops import on_background_loop, running_loop
+from deerflow_journal.journal.loops import (
+    background_loop,
+    is_background_loop,
+    on_background_loop,
+    running_loop,
+)
 from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.journal.spill import SUMMARIES, SpillFile, report_leftover_spills
 from deerflow_journal.records import (
@@ -300,7 +305,7 @@ class EventBuffer:
         self._write: _Write | None = None
         #: The loop whose guard knows this buffer (the latest one), weakly.
         self._guarded: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._write_loop: asyncio.AbstractEventLoop | None = None  # of the latest write
+        self._in_background = False  # the latest write went to the background loop
         self._failures = _FailedWrites()
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
@@ -412,10 +417,12 @@ class EventBuffer:
 
     def _start_locked(self, loop: asyncio.AbstractEventLoop) -> _Write | None:
         caller = running_loop()
-        if caller is not None:
-            # Whether a write starts now, runs already (started from a worker thread, say)
-            # or goes to another loop (the journal's own store's), the caller's loop writes
-            # what is pending before it closes.
+        in_background = is_background_loop(loop)
+        if caller is not None and (loop is caller or in_background):
+            # Whether a write starts now or runs already (started from a worker thread, say),
+            # on this loop or on the journal's own (its own store's), this loop writes what
+            # is pending before it closes. Writes to another loop are left to that loop: it
+            # may be blocked waiting for this one.
             self._guard_locked(caller)
         if self._write is not None and self._write.is_dead():
             self._write = None
@@ -431,7 +438,7 @@ class EventBuffer:
             coro.close()
             logger.warning("journal write skipped: its event loop is closed")
             return None
-        self._write_loop = loop
+        self._in_background = in_background
         write = self._write = _Write(future, loop)
         future.add_done_callback(lambda done: self._finished(write, done))
         return write
@@ -457,9 +464,7 @@ class EventBuffer:
             if not self._pending_locked() and self._write is None:
                 return
             # Written where the writes went (the journal's own store has a loop of its own).
-            target = self._write_loop
-            if target is None or target.is_closed():
-                target = loop
+            target = background_loop() if self._in_background else loop
         try:
             await asyncio.wait_for(self.flush(target), self.wait_timeout)
         except BaseException as exc:  # the loop is closing: say what is lost, do not raise
@@ -582,6 +587,10 @@ class EventBuffer:
                     if carried and batch.summaries is not None:
                         # Those a put_run_summary took are out of the batch: not sent again.
                         left = {id(data) for data in batch.summaries}
+                        if from_file:
+                            self._forget_read_summaries(
+                                {key for key, _, data in summaries if id(data) not in left}
+                            )
                         summaries = [item for item in summaries if id(item[2]) in left]
                     self._requeue(batch, queue, [] if from_file else summaries, close_after)
                     raise
@@ -623,6 +632,17 @@ class EventBuffer:
             del pending[key]
         if opening and self._summary_spill.path is not None:
             _STRANDED.add(self)
+
+    def _forget_read_summaries(self, taken: set[tuple[str, str]]) -> None:
+        """Drop from the summaries read back from their file those of the runs in ``taken``
+        (thread id, run id), which the store took: the retry sends the others."""
+        if taken:
+            with self._lock:
+                self._summary_chunk = [
+                    data
+                    for data in self._summary_chunk
+                    if (data["thread_id"], data["run_id"]) not in taken
+                ]
 
     def _read_summaries_locked(self) -> list[tuple[tuple[str, str], dict[str, Any]]]:
         """The summaries read back from their file to write now, the latest of each run;

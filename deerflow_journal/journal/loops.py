@@ -17,6 +17,7 @@ from langchain_core.callbacks import manager as callback_manager
 __all__ = [
     "background_loop",
     "dispatched_synchronously",
+    "is_background_loop",
     "looked_up_by_async_dispatcher",
     "on_background_loop",
     "running_loop",
@@ -41,6 +42,11 @@ def background_loop() -> asyncio.AbstractEventLoop:
             thread.start()
             _loop = loop
         return _loop
+
+
+def is_background_loop(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Tell whether ``loop`` is the journal's background loop."""
+    return loop is not None and loop is _loop
 
 
 def on_background_loop() -> bool:

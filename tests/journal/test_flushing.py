@@ -291,6 +291,33 @@ class HungStore(MemoryRunEventStore):
         return await super()._write(batch)
 
 
+def test_a_loop_closing_leaves_writes_to_another_loop_to_that_loop(caplog, monkeypatch):
+    """A store set up on a notebook's loop, blocked meanwhile by a cell that runs a graph with
+    ``asyncio.run`` in a thread: that run's loop does not wait, at its close, for writes that
+    go to the blocked loop (they go out once it runs again)."""
+    monkeypatch.setattr(JournalWriter, "wait_timeout", 0.5)
+
+    async def notebook() -> list[Any]:
+        store = MemoryRunEventStore()
+        await store.setup()  # the store's loop is this one
+        journal = RunJournal(event_store=store)
+
+        async def cell() -> None:
+            model = scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3"))
+            await agent_graph(model).ainvoke(QUESTION, {"callbacks": [journal]})
+
+        thread = threading.Thread(target=lambda: asyncio.run(cell()))
+        thread.start()
+        thread.join()  # this loop is blocked until the thread's asyncio.run returns
+        await journal.flush()
+        return await run_events(journal)
+
+    with caplog.at_level("WARNING", logger="deerflow_journal"):
+        events = asyncio.run(notebook())
+    assert len(events) == 6
+    assert [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")] == []
+
+
 def test_a_write_cancelled_with_its_event_loop_keeps_its_batch(caplog, monkeypatch):
     monkeypatch.setattr(JournalWriter, "wait_timeout", 0.5)  # how long the loop's end waits
     store = HungStore()

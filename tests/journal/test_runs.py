@@ -563,9 +563,14 @@ import asyncio, sys
 from deerflow_journal import RunJournal, SqliteRunEventStore
 from tests.journal.agents import QUESTION, agent_graph, ai, scripted
 
+class FarStore(SqliteRunEventStore):  # a database 0.2 s away: writes are under way long
+    async def put_batch(self, events):
+        await asyncio.sleep(0.2)
+        return await super().put_batch(events)
+
 async def main():
     path, calls, owned = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["owned"]
-    store = f"sqlite:///{path}" if owned else SqliteRunEventStore(path)
+    store = f"sqlite:///{path}" if owned else FarStore(path)
     journal = RunJournal(event_store=store)
     script = [ai("", calls=[("add", {"a": i, "b": 2}, f"c{i}")]) for i in range(calls)]
     config = {"callbacks": [journal], "configurable": {"thread_id": "t"}}
@@ -581,7 +586,8 @@ asyncio.run(main())
 @pytest.mark.parametrize("calls", [1, 12], ids=["one write", "writes under way"])
 async def test_asyncio_run_returning_without_flush_loses_nothing(tmp_path, calls, owned):
     """Stored when ``asyncio.run`` returns, before anything else reads the store; with 12 tool
-    calls (38 events), writes started from the thread a sync tool runs on are under way."""
+    calls (28 events), a write started from the thread a sync tool runs on is under way when
+    the run ends."""
     path = tmp_path / "journal.db"
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(NO_FLUSH), str(path), str(calls)]
@@ -736,20 +742,25 @@ class FlakySummaries(ListStore):
         await super().put_run_summary(summary)
 
 
-async def test_summaries_a_store_takes_one_by_one_are_not_sent_again():
+@pytest.mark.parametrize(("runs", "bound"), [(3, 100_000), (15, 1000)], ids=["held", "spilled"])
+async def test_summaries_a_store_takes_one_by_one_are_not_sent_again(runs, bound):
     """Each failed write starts over with the summaries not taken yet: with the store taking
-    every other one, three runs' summaries are all in after a few flushes."""
+    every other one, every run's summary is in after a few flushes (also once summaries
+    past the journal's bound went to their file while the store was down)."""
     store = FlakySummaries()
-    journal = RunJournal(event_store=store)
-    for _ in range(3):
+    journal = RunJournal(event_store=store, max_buffered_events=bound)
+    for _ in range(runs):
         await agent_graph(scripted(ai("hi"))).ainvoke(QUESTION, {"callbacks": [journal]})
+        with contextlib.suppress(ConnectionError):
+            await journal.flush()
     store.down = False
-    for _ in range(6):
+    for _ in range(2 * runs):
         with contextlib.suppress(ConnectionError):
             await journal.flush()
             break
-    assert len(store.summaries) == 3
-    assert [e["event_type"] for e in store.events].count("run.end") == 3
+    assert len(store.summaries) == runs
+    assert all(summary.status == "success" for summary in store.summaries.values())
+    assert [e["event_type"] for e in store.events].count("run.end") == runs
 
 
 def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
