@@ -704,9 +704,13 @@ class EventBuffer:
             dumps = MessageEncoder()
             await self.store.put_batch([_plain_event(event, dumps) for event in events])
             batch.events.clear()
-        while built:
-            await self.store.put_run_summary(RunSummary.model_validate(built[0]))
-            del built[0]
+        taken = 0
+        try:
+            for summary in built:
+                await self.store.put_run_summary(RunSummary.model_validate(summary))
+                taken += 1
+        finally:
+            del built[:taken]
         return True
 
     def _unstorable(self, events: list[dict[str, Any]]) -> set[int]:

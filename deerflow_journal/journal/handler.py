@@ -565,7 +565,7 @@ class RunJournal(GraphCallbackHandler):
             key, _ = late.popitem(last=False)
             found = runs.get(key)
             if found is not None and found.ended:
-                del runs[key]
+                runs.pop(key, None)  # its end may pop it meanwhile: nested ends take no lock
                 self._chain_inputs.pop(key, None)
 
     def _wrote_late(self, state: RunState) -> None:
@@ -980,7 +980,8 @@ class RunJournal(GraphCallbackHandler):
     ) -> list[BaseMessage]:
         """The messages of a tool's ``Command`` update that the state its node started from
         does not hold (call with the lock held): a handoff repeats that whole state, of which
-        LangGraph's ``add_messages`` keeps one message per id."""
+        LangGraph's ``add_messages`` keeps one message per id. A message sent again under its
+        id with new content (``add_messages`` replaces it) is not written either."""
         inputs = self._chain_inputs.get(getattr(parent_run_id, "int", parent_run_id))
         if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
             inputs = inputs.get("state")  # the prebuilt agent sends each call with the state

@@ -33,6 +33,7 @@ class ToolCallOutcomes:
             call_id = call.get("id")
             if isinstance(call_id, str) and call_id:
                 self.pending[call_id] = (call.get("name"), None)
+                self.answers.pop(call_id, None)  # a model may use an id again: a new call
 
     def resolve(self, tool_call_id: str | None) -> bool:
         """Mark a call as ended (dropping an error a retry made good); False if not pending."""

@@ -486,6 +486,19 @@ async def test_a_call_answered_alike_before_its_node_was_retried_has_one_result(
     assert journal.summary().message_count == (5 if tags is None else 4)
 
 
+async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result():
+    """Some models number their calls afresh each turn: the same id asked for again, and
+    answered alike, is a second call and a second result."""
+    same = ("add", {"a": 1, "b": 2}, "call_0")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    model = scripted(ai("", calls=[same]), ai("", calls=[same]), ai("3"))
+    state = await journaled(agent_graph(model), journal)
+    events = await run_events(journal, flush=True)
+    results = of_type(events, "llm.tool.result")
+    assert [r["content"]["content"] for r in results] == ["3", "3"]
+    assert journal.summary().message_count == len(state["messages"]) == 6
+
+
 async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_answers():
     """The state, and so the model, has the retry's answer: when it differs, it is written
     too (nothing the model saw is lost)."""
