@@ -583,9 +583,10 @@ class EventBuffer:
                 if instead is None:
                     # A write that failed, or was cancelled with its loop, may or may not
                     # have reached the store: it is retried first, under its id. Summaries
-                    # read back from their file stay in ``_summary_chunk`` for the retry.
+                    # read back from their file stay in ``_summary_chunk`` for the retry,
+                    # but for those a put_run_summary took (``_send`` takes them out of the
+                    # batch): those are not sent again.
                     if carried and batch.summaries is not None:
-                        # Those a put_run_summary took are out of the batch: not sent again.
                         left = {id(data) for data in batch.summaries}
                         if from_file:
                             self._forget_read_summaries(

@@ -983,9 +983,8 @@ class RunJournal(GraphCallbackHandler):
         LangGraph's ``add_messages`` keeps one message per id. A message sent again under its
         id with new content (``add_messages`` replaces it) is not written either."""
         inputs = self._chain_inputs.get(getattr(parent_run_id, "int", parent_run_id))
-        if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
-            inputs = inputs.get("state")  # the prebuilt agent sends each call with the state
-        known = {m.id for m in mapping.messages_in(inputs)} if inputs is not None else ()
+        state = mapping.node_state(inputs)
+        known = {m.id for m in mapping.messages_in(state)} if state is not None else ()
         return [m for m in messages if m.id is None or m.id not in known]
 
     def on_tool_error(

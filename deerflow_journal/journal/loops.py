@@ -51,7 +51,7 @@ def is_background_loop(loop: asyncio.AbstractEventLoop | None) -> bool:
 
 def on_background_loop() -> bool:
     """Tell whether this thread runs the background loop (which must never block on itself)."""
-    return _loop is not None and running_loop() is _loop
+    return is_background_loop(running_loop())
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

@@ -79,6 +79,7 @@ __all__ = [
     "messages_in",
     "middleware_event",
     "model_name",
+    "node_state",
     "response_messages",
     "run_end_event",
     "run_error_event",
@@ -449,6 +450,14 @@ def messages_in(outputs: Any) -> list[BaseMessage]:
     for value in outputs.values():
         found.extend(_message_list(value))
     return found
+
+
+def node_state(inputs: Any) -> Any:
+    """The graph state a node's chain started from: its inputs, or the state beside the tool
+    call when the prebuilt agent sends each call to its tool node with it."""
+    if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
+        return inputs.get("state")
+    return inputs
 
 
 def holds_messages(value: Any) -> bool:

@@ -19,6 +19,7 @@ from deerflow_journal.journal.mapping import (
     latest_visible_human,
     message_text,
     messages_in,
+    node_state,
 )
 from deerflow_journal.journal.outcomes import ToolCallOutcomes
 from deerflow_journal.journal.usage import TokenUsage
@@ -65,9 +66,7 @@ class NewHumans:
     def saw_state(self, inputs: Any) -> None:
         """Note the inputs of a nested chain started before the run's state was seen: the
         state, if they hold messages (a node may declare an input without them)."""
-        if type(inputs) is dict and inputs.get("__type") == "tool_call_with_context":
-            # The prebuilt agent sends each tool call to its tool node with the state beside it.
-            inputs = inputs.get("state")
+        inputs = node_state(inputs)
         if holds_messages(inputs):
             self._state = inputs
             self.state_seen = True
