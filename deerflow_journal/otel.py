@@ -18,7 +18,6 @@ https://opentelemetry.io/docs/specs/semconv/gen-ai/ for the conventions.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections import OrderedDict
@@ -30,6 +29,7 @@ from uuid import UUID
 
 from deerflow_journal.cost import model_cost
 from deerflow_journal.journal.usage import token_counts
+from deerflow_journal.offload import to_thread
 from deerflow_journal.records import RunEvent, check_text
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.summary import RunSummary
@@ -373,7 +373,7 @@ async def export_run(
             )
         return len(spans)
 
-    return await asyncio.to_thread(send)
+    return await to_thread(send)
 
 
 class SpanExportingStore:

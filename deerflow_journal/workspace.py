@@ -12,7 +12,6 @@ When a file gets no diff, ``diff_unavailable_reason`` is one of
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from deerflow_journal.catalog import WORKSPACE_CHANGES_EVENT
+from deerflow_journal.offload import to_thread
 from deerflow_journal.records import RunEvent
 from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.workspace_diff import cut_diff, decode_text, is_binary, unified_diff
@@ -322,7 +322,7 @@ async def capture_workspace_snapshot(
 ) -> WorkspaceSnapshot:
     """Snapshot the files under ``roots`` in a worker thread (see ``scan_workspace``)."""
     roots = tuple([roots] if isinstance(roots, WorkspaceRoot) else roots)
-    return await asyncio.to_thread(scan_workspace, roots, limits=limits)
+    return await to_thread(scan_workspace, roots, limits=limits)
 
 
 async def workspace_changes_event(
@@ -333,7 +333,7 @@ async def workspace_changes_event(
 ) -> dict[str, Any] | None:
     """``diff_workspace`` in a worker thread: the event's ``put`` kwargs, or ``None``."""
     roots = tuple([roots] if isinstance(roots, WorkspaceRoot) else roots)
-    return await asyncio.to_thread(diff_workspace, before, roots, limits=limits)
+    return await to_thread(diff_workspace, before, roots, limits=limits)
 
 
 async def record_workspace_changes(

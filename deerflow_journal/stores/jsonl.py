@@ -27,7 +27,6 @@ become visible on the next call. All file work runs in a worker thread, one hop 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -39,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from deerflow_journal.offload import to_thread
 from deerflow_journal.records import (
     DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
@@ -130,7 +130,7 @@ class JsonlRunEventStore(RunEventStore):
         self._browser = JsonlBrowser(self.base_dir, self._paths, self._read_sync, self._summaries)
 
     async def _setup(self) -> None:
-        await asyncio.to_thread(self._make_dirs)
+        await to_thread(self._make_dirs)
 
     def _make_dirs(self) -> None:
         if self.read_only:
@@ -218,7 +218,7 @@ class JsonlRunEventStore(RunEventStore):
         raise _unreadable_state(paths)
 
     async def _read(self, thread_id: str, query: Callable[[ThreadCache], _T], default: _T) -> _T:
-        return await asyncio.to_thread(self._read_sync, thread_id, query, default)
+        return await to_thread(self._read_sync, thread_id, query, default)
 
     def _read_sync(self, thread_id: str, query: Callable[[ThreadCache], _T], default: _T) -> _T:
         with self._local_lock(thread_id):
@@ -228,7 +228,7 @@ class JsonlRunEventStore(RunEventStore):
     # -- writes ------------------------------------------------------------------------------
 
     async def _write(self, write: Write) -> Written:
-        return await asyncio.to_thread(self._write_sync, write)
+        return await to_thread(self._write_sync, write)
 
     def _write_sync(self, write: Write) -> Written:
         events, summaries = write.events, write.summaries
@@ -355,7 +355,7 @@ class JsonlRunEventStore(RunEventStore):
     # -- deletes -----------------------------------------------------------------------------
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
-        return await asyncio.to_thread(self._delete_sync, thread_id, run_id, user_id)
+        return await to_thread(self._delete_sync, thread_id, run_id, user_id)
 
     def _delete_sync(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         if peek_state(self._paths(thread_id)) is None:
@@ -381,7 +381,7 @@ class JsonlRunEventStore(RunEventStore):
     async def _get_run_summary(
         self, thread_id: str, run_id: str, user_id: str | None
     ) -> dict[str, Any] | None:
-        summaries = await asyncio.to_thread(self._summaries, thread_id)
+        summaries = await to_thread(self._summaries, thread_id)
         summary = summaries.get(run_id)
         if summary is None or (user_id is not None and summary.get("user_id") != user_id):
             return None
@@ -390,7 +390,7 @@ class JsonlRunEventStore(RunEventStore):
     async def _list_run_summaries(
         self, thread_id: str, user_id: str | None
     ) -> list[dict[str, Any]]:
-        summaries = await asyncio.to_thread(self._summaries, thread_id)
+        summaries = await to_thread(self._summaries, thread_id)
         return [s for s in summaries.values() if user_id is None or s.get("user_id") == user_id]
 
     def _summaries(self, thread_id: str) -> dict[str, dict[str, Any]]:
@@ -419,10 +419,10 @@ class JsonlRunEventStore(RunEventStore):
     # -- browsing ----------------------------------------------------------------------------
 
     async def _list_threads(self, query: ThreadQuery) -> list[ThreadInfo]:
-        return await asyncio.to_thread(self._browser.threads, query)
+        return await to_thread(self._browser.threads, query)
 
     async def _list_run_summary_page(self, query: SummaryQuery) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._browser.summaries, query)
+        return await to_thread(self._browser.summaries, query)
 
 
 def _unreadable_state(paths: ThreadPaths) -> OSError:

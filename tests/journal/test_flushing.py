@@ -618,6 +618,40 @@ def test_ainvoke_with_the_default_store_is_stored_when_the_program_ends(tmp_path
     assert summary is not None and summary.status == "success"
 
 
+STORE_BACK_BEFORE_EXIT = """
+import os
+from langchain_core.messages import HumanMessage
+from deerflow_journal import RunJournal
+from tests.journal.agents import agent_graph, ai, scripted
+
+open({blocked!r}, "w").close()  # a file where the store's directory goes: its writes fail
+journal = RunJournal(thread_id="owned", event_store={url!r})
+question = {{"messages": [HumanMessage("hi")]}}
+agent_graph(scripted(ai("ok"))).invoke(question, {{"callbacks": [journal]}})
+os.remove({blocked!r})  # the store can be written again before the program ends
+print(journal.run_id)
+"""
+
+
+@pytest.mark.parametrize("scheme", ["jsonl", "sqlite"])
+def test_a_store_back_before_the_program_ends_takes_the_run_at_exit(tmp_path, scheme):
+    """The exit handler retries the failed write: a store whose work runs in the default
+    executor (JSONL) still writes, although Python has shut that executor down by then."""
+    blocked = tmp_path / "store"
+    url = f"jsonl:///{blocked}" if scheme == "jsonl" else f"sqlite:///{blocked / 'journal.db'}"
+    program = STORE_BACK_BEFORE_EXIT.format(blocked=str(blocked), url=url)
+    run_id = run_program(program, tmp_path).strip()
+
+    async def read() -> tuple[list[str], Any]:
+        async with open_store(url) as store:
+            events = await store.list_events("owned", run_id)
+            return [e["event_type"] for e in events], await store.get_run_summary("owned", run_id)
+
+    types, summary = asyncio.run(read())
+    assert types == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert summary is not None and summary.status == "success"
+
+
 OUTPUTS_CHANGED_DURING_WRITES = """
 import sys, threading, time, uuid
 from langchain_core.messages import AIMessage, HumanMessage
