@@ -28,5 +28,6 @@ async def to_thread(func: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) 
     try:
         future = asyncio.get_running_loop().run_in_executor(None, call)
     except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
-        return call()
-    return await future
+        future = None
+    # Called outside the handler: an error of its own is not chained to the refusal.
+    return call() if future is None else await future
