@@ -584,8 +584,8 @@ class EventBuffer:
                     # A write that failed, or was cancelled with its loop, may or may not
                     # have reached the store: it is retried first, under its id. Summaries
                     # read back from their file stay in ``_summary_chunk`` for the retry,
-                    # but for those a put_run_summary took (``_send`` takes them out of the
-                    # batch): those are not sent again.
+                    # but for those a put_run_summary took or refused (``_send`` takes them
+                    # out of the batch): those are not sent again.
                     if carried and batch.summaries is not None:
                         left = {id(data) for data in batch.summaries}
                         if from_file:
@@ -691,7 +691,8 @@ class EventBuffer:
         Our own stores take both in one transaction under the batch's id, unless a subclass
         overrides one of the public methods: it then sees every write, as any other store
         does. There, events a ``put_batch`` took leave the batch, and so does each summary
-        ``put_run_summary`` took: a retry sends only what is left.
+        ``put_run_summary`` took or refused (``EventRefused``: dropped alone, logged at ERROR,
+        and the next ones still go): a retry sends only what is left.
         """
         if batch.summaries is None:
             batch.summaries = [data for _, _, data in summaries]
@@ -705,13 +706,22 @@ class EventBuffer:
             dumps = MessageEncoder()
             await self.store.put_batch([_plain_event(event, dumps) for event in events])
             batch.events.clear()
-        taken = 0
+        done = 0
         try:
             for summary in built:
-                await self.store.put_run_summary(RunSummary.model_validate(summary))
-                taken += 1
+                try:
+                    await self.store.put_run_summary(RunSummary.model_validate(summary))
+                except EventRefused as exc:
+                    # This summary alone: those before it are stored, those after it untried.
+                    logger.error(
+                        "journal dropped the run summary of thread %s run %s its store refused: %s",
+                        summary["thread_id"],
+                        summary["run_id"],
+                        exc,
+                    )
+                done += 1
         finally:
-            del built[:taken]
+            del built[:done]
         return True
 
     def _unstorable(self, events: list[dict[str, Any]]) -> set[int]:

@@ -32,6 +32,7 @@ from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
 from deerflow_journal import (
+    EventRefused,
     MemoryRunEventStore,
     RunEvent,
     RunEventStore,
@@ -761,6 +762,59 @@ async def test_summaries_a_store_takes_one_by_one_are_not_sent_again(runs, bound
     assert len(store.summaries) == runs
     assert all(summary.status == "success" for summary in store.summaries.values())
     assert [e["event_type"] for e in store.events].count("run.end") == runs
+
+
+class RefusesOneSummary(MemoryRunEventStore):
+    """Takes every batch; fails every run summary (a timeout) until told, then refuses one
+    run's for good."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down, self.refused_run = True, ""
+        self.taken: list[str] = []  # the runs whose summaries it stored, in order
+        self.refusals = 0
+
+    async def put_run_summary(self, summary: RunSummary) -> RunSummary:
+        if self.down:
+            raise ConnectionError("timeout")
+        if summary.run_id == self.refused_run:
+            self.refusals += 1
+            raise EventRefused("summary too large")
+        stored = await super().put_run_summary(summary)
+        self.taken.append(summary.run_id)
+        return stored
+
+
+@pytest.mark.parametrize(("runs", "bound"), [(3, 100_000), (15, 1000)], ids=["held", "spilled"])
+async def test_a_summary_refused_among_others_is_dropped_alone(runs, bound, caplog):
+    """The store refuses the second of the summaries one write sends: it alone is dropped and
+    named, and those after it are still stored, once (also once summaries went to their file
+    while the store failed them)."""
+    store = RefusesOneSummary()
+    journal = RunJournal(event_store=store, max_buffered_events=bound)
+    keys = []
+    for _ in range(runs):
+        await agent_graph(scripted(ai("hi"))).ainvoke(QUESTION, {"callbacks": [journal]})
+        keys.append((journal.thread_id, journal.run_id))
+        with contextlib.suppress(ConnectionError):
+            await journal.flush()
+    if runs > 10:  # past the journal's bound of 10 summaries: the oldest are in their file
+        assert journal._writer.buffer._summary_spill.count
+    store.down = False
+    refused_thread, refused_run = keys[1]
+    store.refused_run = refused_run
+    with caplog.at_level("ERROR", logger="deerflow_journal"):
+        await journal.flush()  # does not raise: a refused summary is dropped, as events are
+        await journal.flush()  # and is not sent again
+    others = [run_id for _, run_id in keys if run_id != refused_run]
+    assert store.taken == others and store.refusals == 1
+    for thread_id, run_id in keys:
+        summary = await store.get_run_summary(thread_id, run_id)
+        assert (summary is None) if run_id == refused_run else (summary.status == "success")
+        assert types(await store.list_events(thread_id, run_id))[-1] == "run.end"
+    (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "dropped the run summary" in error
+    assert refused_thread in error and refused_run in error
 
 
 def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
