@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import pytest
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -32,6 +32,7 @@ from tests.journal.agents import (
     add,
     agent_graph,
     ai,
+    explode,
     model_node,
     run_events,
     scripted,
@@ -484,6 +485,91 @@ async def test_a_call_answered_alike_before_its_node_was_retried_has_one_result(
     assert len(state["messages"]) == 5
     # A subagent's prompt is not the run's human input.
     assert journal.summary().message_count == (5 if tags is None else 4)
+
+
+class ToolEnded(BaseCallbackHandler):
+    """Sets ``ended`` once a tool's end or error callback has run (after the journal's: it
+    follows it in the callbacks list)."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.ended = asyncio.Event()
+
+    def on_tool_end(self, output: Any, **kwargs: Any) -> None:
+        self.ended.set()
+
+    def on_tool_error(self, error: BaseException, **kwargs: Any) -> None:
+        self.ended.set()
+
+
+def slow_and_failing_calls_agent(caught: bool, fails: bool) -> tuple[Any, asyncio.Event]:
+    """An agent asking for a slow call (c_slow, which waits for the event returned, then
+    answers or ``fails``) and a failing one (c_boom) at once. The tools node runs them
+    together and fails when c_boom does, leaving c_slow running; ``caught``: a node around
+    it answers both calls itself."""
+    release = asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Answer (or fail) once released."""
+        await release.wait()
+        if fails:
+            raise ConnectionError("too late")
+        return "slow done"
+
+    calls = [("slow", {}, "c_slow"), ("explode", {"reason": "boom"}, "c_boom")]
+    tools = ToolNode([slow, explode], handle_tool_errors=False)
+
+    async def answer_failures(state: MessagesState, config: RunnableConfig) -> Any:
+        try:
+            return await tools.ainvoke(state, config)
+        except RuntimeError as error:
+            asked = state["messages"][-1].tool_calls
+            return {
+                "messages": [ToolMessage(f"failed: {error}", tool_call_id=c["id"]) for c in asked]
+            }
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model_node(scripted(ai("", calls=calls), ai("done"))))
+    graph.add_node("tools", answer_failures if caught else tools)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(), release
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["late result", "late error"])
+@pytest.mark.parametrize("caught", [False, True], ids=["run failed", "node answered"])
+async def test_a_call_whose_tool_ends_after_its_outcome_keeps_that_one_outcome(caught, fails):
+    """A tool that another call's failure left running ends after its call's outcome was
+    written (the run's end; the node's own answer, which the model saw): its late result or
+    error is not a second outcome."""
+    graph, release = slow_and_failing_calls_agent(caught, fails)
+    journal, ended = RunJournal(event_store=MemoryRunEventStore()), ToolEnded()
+    config = {"callbacks": [journal, ended]}
+    if caught:
+        await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+    else:
+        with pytest.raises(RuntimeError, match="boom"):
+            await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
+    release.set()
+    await asyncio.wait_for(ended.ended.wait(), 10)
+    events = await run_events(journal, flush=True)
+    outcomes = [
+        (e["event_type"], e["metadata"]["tool_call_id"])
+        for e in events
+        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
+    ]
+    slow = [outcome for outcome in outcomes if outcome[1] == "c_slow"]
+    expected = "llm.tool.result" if caught else "tool.unresolved"
+    assert slow == [(expected, "c_slow")]
+    assert [o for o in outcomes if o[1] == "c_boom"] == [("tool.error", "c_boom")]
+    if caught:
+        (result,) = [e for e in events if e["event_type"] == "llm.tool.result"]
+        assert result["content"]["content"] == "failed: tool exploded: boom"
+    assert events[-1]["event_type"] == ("run.end" if caught else "run.error")
+    assert journal.summary().message_count == (4 if caught else 2)
 
 
 async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result():
