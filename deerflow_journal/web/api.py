@@ -13,6 +13,7 @@ from starlette.routing import Route
 from deerflow_journal.records import normalise_created_at
 from deerflow_journal.web import params
 from deerflow_journal.web.reads import Reader
+from deerflow_journal.web.urls import path_id
 
 __all__ = ["JSONResponse", "routes"]
 
@@ -65,7 +66,7 @@ async def runs(request: Request) -> Response:
     query = request.query_params
     limit = params.limit(query, 50)
     page = await reader(request).runs(
-        params.path(request.path_params, "thread_id"),
+        path_id(request.path_params, "thread_id"),
         limit,
         params.text(query, "before"),
         params.status(query),
@@ -80,7 +81,7 @@ async def messages_page(request: Request) -> Response:
     query = request.query_params
     limit = params.limit(query, 50)
     page = await reader(request).messages(
-        params.path(request.path_params, "thread_id"), limit, params.count(query, "before_seq")
+        path_id(request.path_params, "thread_id"), limit, params.count(query, "before_seq")
     )
     return JSONResponse(
         {"messages": page.messages, "has_more": page.has_more, "before_seq": page.before_seq}
@@ -93,8 +94,8 @@ async def events(request: Request) -> Response:
     query = request.query_params
     limit = params.limit(query, 500)
     page = await reader(request).events(
-        params.path(request.path_params, "thread_id"),
-        params.path(request.path_params, "run_id"),
+        path_id(request.path_params, "thread_id"),
+        path_id(request.path_params, "run_id"),
         event_types=params.texts(query, "event_types"),
         task_id=params.text(query, "task_id"),
         limit=limit,
@@ -109,8 +110,8 @@ async def events(request: Request) -> Response:
 async def workspace_changes(request: Request) -> Response:
     """``GET /api/threads/{thread_id}/runs/{run_id}/workspace-changes``: the run's latest
     ``workspace_changes`` payload (``null`` when the run changed no file)."""
-    thread_id = params.path(request.path_params, "thread_id")
-    run_id = params.path(request.path_params, "run_id")
+    thread_id = path_id(request.path_params, "thread_id")
+    run_id = path_id(request.path_params, "run_id")
     payload = await reader(request).workspace_changes(thread_id, run_id)
     return JSONResponse({"thread_id": thread_id, "run_id": run_id, "workspace_changes": payload})
 

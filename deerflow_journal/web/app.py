@@ -108,7 +108,7 @@ class EncodedSlashes:
 
     ASGI servers decode ``%2F`` before routing, which would split ``/threads/a%2Fb`` into
     more segments than any route has. The path is rebuilt from ``raw_path`` segment by
-    segment, "/" and "%" inside a segment left encoded; ``params.path`` decodes the ids.
+    segment, "/" and "%" inside a segment left encoded; ``urls.path_id`` decodes the ids.
     """
 
     def __init__(self, app: ASGIApp) -> None:

@@ -18,6 +18,7 @@ from deerflow_journal.timeline import format_duration, render_summary
 from deerflow_journal.web import params, timeline_view
 from deerflow_journal.web.api import JSONResponse, reader, thread_cursor
 from deerflow_journal.web.reads import NotFound
+from deerflow_journal.web.urls import path_id, url
 
 __all__ = ["MAX_TIMELINE_EVENTS", "error_page", "routes"]
 
@@ -32,7 +33,8 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_env.filters["q"] = lambda value: quote(str(value), safe="")
+_env.globals["url"] = url  # the one way a page links a thread or run
+_env.filters["q"] = lambda value: quote(str(value), safe="")  # a query parameter's value
 _env.filters["when"] = lambda value: "-" if value is None else str(value)[:19].replace("T", " ")
 
 
@@ -69,7 +71,7 @@ async def threads_page(request: Request) -> Response:
 
 async def runs_page(request: Request) -> Response:
     """``/threads/{thread_id}``: the thread's runs, newest first, a page at a time."""
-    thread_id = params.path(request.path_params, "thread_id")
+    thread_id = path_id(request.path_params, "thread_id")
     before = params.text(request.query_params, "before")
     runs = await reader(request).runs(thread_id, _PAGE, before)
     return _page(
@@ -90,8 +92,8 @@ async def _timeline(
 
     Links to other runs are looked up only when an item after ``after_seq`` can have one.
     """
-    thread_id = params.path(request.path_params, "thread_id")
-    run_id = params.path(request.path_params, "run_id")
+    thread_id = path_id(request.path_params, "thread_id")
+    run_id = path_id(request.path_params, "run_id")
     read = reader(request)
     events = await read.run_events(thread_id, run_id, None, MAX_TIMELINE_EVENTS + 1)
     if not events:
@@ -136,8 +138,8 @@ async def live_rows(request: Request) -> Response:
         thread_id, run_id, made, cut = await _timeline(request, after)
     except NotFound:
         made, cut = [], False  # not written yet: the page waits for its first event
-        thread_id = params.path(request.path_params, "thread_id")
-        run_id = params.path(request.path_params, "run_id")
+        thread_id = path_id(request.path_params, "thread_id")
+        run_id = path_id(request.path_params, "run_id")
     summary = await reader(request).summary(thread_id, run_id)
     row = _env.get_template("row.html").module.row  # type: ignore[attr-defined]
     root = request.scope.get("root_path", "")

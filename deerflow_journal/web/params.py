@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import unquote
 
 from starlette.datastructures import QueryParams
 
 from deerflow_journal.records import check_text
 from deerflow_journal.summary import RUN_STATUSES, RunStatus
 
-__all__ = ["MAX_LIMIT", "ParamError", "count", "limit", "path", "status", "text", "texts"]
+__all__ = ["MAX_LIMIT", "ParamError", "count", "limit", "status", "text", "texts"]
 
 #: The largest page a route returns, so one request cannot ask the store for everything.
 MAX_LIMIT = 1000
@@ -87,14 +86,3 @@ def status(params: QueryParams | Mapping[str, str]) -> RunStatus | None:
     if raw not in RUN_STATUSES:
         raise ParamError("status", f"must be one of {', '.join(RUN_STATUSES)}, got {raw!r}")
     return raw  # type: ignore[return-value]
-
-
-def path(path_params: Mapping[str, str], name: str) -> str:
-    """An id from the route's path (``thread_id``, ``run_id``), checked like the store does.
-
-    The app routes on paths whose ids keep "/" and "%" percent-encoded (``EncodedSlashes``).
-    """
-    try:
-        return check_text(unquote(path_params[name]), name)
-    except (TypeError, ValueError) as exc:
-        raise ParamError(name, str(exc)) from None

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from deerflow_journal import open_store
+from deerflow_journal import RunSummary, open_store
 from tests.backends import skip_unless_ci
 from tests.journal.agents import ONE_TOOL_CALL_SEQUENCE
 from tests.web.journals import SLASHED_RUN, SLASHED_THREAD, XSS_HUMAN, fill
@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "screenshots"
 HANG_GUARD = 60  # seconds: a guard against a hang, not a time limit
 LIVE_THREAD, LIVE_RUN = "live", "live-run"
+#: Ids a browser would fold away as the path segments "." and ".." if put in a URL as they are.
+DOTS_THREAD, DOTS_RUN = "..", "."
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +74,19 @@ async def make_journal(url: str, tmp_path: Path) -> dict[str, Any]:
             category="trace",
             content={"chain": "LangGraph"},
         )
+        dots = {"thread_id": DOTS_THREAD, "run_id": DOTS_RUN}
+        await store.put_batch(
+            [
+                {**dots, "event_type": "run.start", "category": "trace"},
+                {
+                    **dots,
+                    "event_type": "llm.human.input",
+                    "category": "message",
+                    "content": {"type": "human", "content": "asked in thread .."},
+                },
+            ]
+        )
+        await store.put_run_summary(RunSummary(thread_id=DOTS_THREAD, run_id=DOTS_RUN))
     return ids
 
 
@@ -186,6 +201,21 @@ def test_ids_holding_slashes_and_percent_signs_open_from_their_links(served: Ser
     assert page.locator("#timeline .row[data-seq] .kind").all_inner_texts() == (
         ONE_TOOL_CALL_SEQUENCE
     )
+
+
+def test_a_thread_and_run_named_with_dots_open_from_their_links(served: Served, page: Any):
+    page.goto(served.base + "/")
+    with page.expect_navigation():
+        page.get_by_role("link", name=DOTS_THREAD, exact=True).click()
+    assert page.locator("h1").text_content() == f"Thread {DOTS_THREAD}"
+    # The run has no final summary: its page asks the server for the rows after the last one.
+    with page.expect_navigation(), page.expect_response(lambda r: "/live?" in r.url) as live:
+        page.get_by_role("link", name=DOTS_RUN, exact=True).click()
+    assert page.locator("h1").text_content() == f"Run {DOTS_RUN}"
+    kinds = page.locator("#timeline .row[data-seq] .kind").all_inner_texts()
+    assert kinds == ["run.start", "llm.human.input"]
+    assert page.locator("#timeline .row .text").last.inner_text() == "'asked in thread ..'"
+    assert live.value.status == 200 and live.value.json()["rows"] == []
 
 
 def test_stored_html_renders_as_text_and_runs_nothing(served: Served, page: Any):

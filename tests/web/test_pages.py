@@ -3,12 +3,18 @@ text is escaped. (tests/web/test_browser.py looks at the same pages in a real br
 
 from __future__ import annotations
 
+import html
 import re
+from collections.abc import AsyncIterator
 from urllib.parse import unquote
 
+import httpx
+import pytest
+
+from deerflow_journal import open_store
 from deerflow_journal.summary import RunSummary
-from deerflow_journal.web import pages
-from tests.web.conftest import Viewer
+from deerflow_journal.web import create_app, pages
+from tests.web.conftest import Viewer, client_of
 from tests.web.journals import SLASHED_RUN, SLASHED_THREAD, XSS_AI
 
 
@@ -161,3 +167,103 @@ async def test_a_long_run_shows_its_first_events_and_says_so(viewer: Viewer, mon
     text = await page(viewer, f"/threads/weather/runs/{viewer.ids['weather'][0]}")
     assert len(re.findall(r'<div class="row depth', text)) == 3
     assert "Showing the first 3 events" in text and 'data-live="0"' in text
+
+
+# -- ids a URL path cannot hold as they are ----------------------------------------------------
+
+#: Dot segments (which URL parsers fold), reserved and non-ASCII characters, and ids that look
+#: like the escaped form of another.
+AWKWARD_IDS = [".", "..", "a/b", "a?b", "a#b", "%41", "x y", "é", "~..", "~", "~~x"]
+
+
+@pytest.fixture
+async def awkward(tmp_path) -> AsyncIterator[httpx.AsyncClient]:
+    """A viewer over a SQLite journal with a thread and a run named after each awkward id."""
+    journal = f"sqlite:///{tmp_path / 'journal.db'}"
+    async with open_store(journal) as store:
+        for id_ in AWKWARD_IDS:
+            await store.put_batch(
+                [
+                    {"thread_id": id_, "run_id": id_, "event_type": kind, "category": "trace"}
+                    for kind in ("run.start", "run.end")
+                ]
+            )
+            await store.put_run_summary(RunSummary(thread_id=id_, run_id=id_, status="running"))
+        # Run "." of thread "paused" is interrupted and resumed in its run "..".
+        for run_id, kind in ((".", "run.interrupt"), ("..", "run.resume")):
+            await store.put(
+                thread_id="paused",
+                run_id=run_id,
+                event_type=kind,
+                category="trace",
+                content={"checkpoint_id": "c1"},
+            )
+            await store.put_run_summary(RunSummary(thread_id="paused", run_id=run_id))
+    # client_of sends the path as a server does; Starlette's TestClient decodes it twice
+    # (encode/starlette#2587), so "%41" would reach the app as "A".
+    async with (
+        open_store(journal, read_only=True) as store,
+        client_of(create_app(store)) as client,
+    ):
+        yield client
+
+
+def links(text: str, css_class: str) -> dict[str, str]:
+    """The ``<a class=css_class>`` links of a page: their text to their href."""
+    found = re.findall(rf'<a class="{css_class}" href="([^"]*)">([^<]*)</a>', text)
+    return {html.unescape(label): html.unescape(href) for href, label in found}
+
+
+async def follow(client: httpx.AsyncClient, href: str, heading: str) -> str:
+    """The page at ``href``, checked to be headed ``heading`` (say, ``Thread ..``)."""
+    response = await client.get(href)
+    assert response.status_code == 200, (href, response.text)
+    shown = re.search(r'<h1>(\w+) <span class="id">([^<]*)</span></h1>', response.text)
+    assert shown is not None, (href, response.text)
+    assert f"{shown[1]} {html.unescape(shown[2])}" == heading, href
+    return response.text
+
+
+async def run_page(client: httpx.AsyncClient, thread_id: str, run_id: str) -> str:
+    """The run's page, reached by its links from the threads page."""
+    threads = links((await client.get("/")).text, "thread")
+    text = await follow(client, threads[thread_id], f"Thread {thread_id}")
+    return await follow(client, links(text, "run")[run_id], f"Run {run_id}")
+
+
+async def test_links_to_awkward_ids_lead_to_their_threads_and_runs(awkward: httpx.AsyncClient):
+    for id_ in AWKWARD_IDS:
+        text = await run_page(awkward, id_, id_)
+        assert re.findall(r'data-seq="(\d+)"', text) == ["1", "2"], id_
+        (live,) = re.findall(r'data-live-url="([^"]+)"', text)
+        response = await awkward.get(html.unescape(live), params={"after_seq": 1})
+        assert [row["seq"] for row in response.json()["rows"]] == [2], id_
+        crumb = re.search(r'thread <a class="id" href="([^"]+)">', text)
+        assert crumb is not None
+        await follow(awkward, html.unescape(crumb[1]), f"Thread {id_}")
+
+
+async def test_api_links_of_awkward_ids_answer_for_them(awkward: httpx.AsyncClient):
+    for id_ in AWKWARD_IDS:
+        run = await run_page(awkward, id_, id_)
+        crumb = re.search(r'thread <a class="id" href="([^"]+)">', run)
+        assert crumb is not None
+        thread = (await awkward.get(html.unescape(crumb[1]))).text
+        answers = {}
+        for href in re.findall(r'<a href="(/api/[^"]+)"', thread + run):
+            response = await awkward.get(html.unescape(href))
+            assert response.status_code == 200, (id_, href, response.text)
+            answers[href.rsplit("/", 1)[1]] = response.json()
+        assert set(answers) == {"runs", "page", "events", "workspace-changes"}, id_
+        assert [r["run_id"] for r in answers["runs"]["runs"]] == [id_]
+        assert {(e["thread_id"], e["run_id"]) for e in answers["events"]["events"]} == {(id_, id_)}
+        assert answers["workspace-changes"]["run_id"] == id_
+        assert answers["page"]["messages"] == []
+
+
+async def test_an_interrupt_links_to_its_resume_in_a_run_named_dot_dot(awkward: httpx.AsyncClient):
+    text = await run_page(awkward, "paused", ".")
+    (link,) = re.findall(r'class="other-run" href="([^"#]+)#e-\d+"', text)
+    text = await follow(awkward, html.unescape(link), "Run ..")
+    (back,) = re.findall(r'class="other-run" href="([^"#]+)#e-\d+"', text)
+    await follow(awkward, html.unescape(back), "Run .")

@@ -9,7 +9,7 @@
     return;
   }
   const status = document.getElementById("live-status");
-  const url = timeline.dataset.liveUrl;
+  const url = timeline.dataset.liveUrl; // the server encodes the ids in it (urls.url)
   const interval = Number(timeline.dataset.intervalMs) || 1000;
   let after = Number(timeline.dataset.afterSeq) || 0;
 

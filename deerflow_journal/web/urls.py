@@ -1,0 +1,47 @@
+"""Thread and run ids in the viewer's URL paths: ``url`` builds them, ``path_id`` reads them.
+
+Ids are free text, so each id is one percent-encoded path segment (``quote(id, safe="")``:
+``team/a 1%`` is ``team%2Fa%201%25``; ``EncodedSlashes`` in app.py keeps an encoded "/" inside
+its segment). Browsers and URL parsers drop or fold the segments ``.`` and ``..`` even when
+they are written ``%2E`` (WHATWG URL), so those two ids get the escape prefix ``~``: ``.`` is
+``/threads/~.``. An id that starts with ``~`` gets it too (``~x`` is ``~~x``), and reading
+removes one leading ``~``. Every other id keeps its plain form (``/threads/thread-1``).
+
+The API's paths are the pages' paths after ``/api``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import quote, unquote
+
+from deerflow_journal.records import check_text
+from deerflow_journal.web.params import ParamError
+
+__all__ = ["ESCAPE", "path_id", "url"]
+
+#: Starts an escaped id's segment; "~" is never percent-encoded, so it reaches the app as is.
+ESCAPE = "~"
+
+
+def _segment(id_: str) -> str:
+    if id_ in (".", "..") or id_.startswith(ESCAPE):
+        id_ = ESCAPE + id_
+    return quote(id_, safe="")
+
+
+def url(thread_id: str, run_id: str | None = None) -> str:
+    """``/threads/{thread}`` or ``/threads/{thread}/runs/{run}``, the ids encoded as above."""
+    path = f"/threads/{_segment(thread_id)}"
+    return path if run_id is None else f"{path}/runs/{_segment(run_id)}"
+
+
+def path_id(path_params: Mapping[str, str], name: str) -> str:
+    """The id ``name`` (``thread_id``, ``run_id``) of the route's path, checked like the store
+    does; a bad one is a ``ParamError``."""
+    # "/" and "%" reach the route still encoded (``EncodedSlashes``).
+    segment = unquote(path_params[name])
+    try:
+        return check_text(segment.removeprefix(ESCAPE), name)
+    except (TypeError, ValueError) as exc:
+        raise ParamError(name, str(exc)) from None
