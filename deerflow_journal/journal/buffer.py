@@ -846,16 +846,21 @@ class EventBuffer:
                     raise  # our own write failed, or this flush is being cancelled
 
     def flush_blocking(
-        self, pick_loop: Callable[[], asyncio.AbstractEventLoop], timeout: float
+        self,
+        pick_loop: Callable[[], asyncio.AbstractEventLoop],
+        timeout: float,
+        *,
+        closing: bool = False,
     ) -> bool:
         """Write what is pending now, blocking this thread; raise if the store fails.
 
         What other runs queue meanwhile is not waited for. ``pick_loop`` names a loop that is
         not blocked by this thread. A write already running on this thread's own loop cannot
         be waited for here: it finishes in the background, and what it leaves goes out right
-        after it (with the next write, if it fails). Gives up after ``timeout`` seconds (a hung
-        store, a stopped loop): logs at ERROR what is not written, leaves it to go out once the
-        store answers, returns False.
+        after it (with the next write, if it fails); ``closing`` (the caller is about to say
+        everything is written) raises ``RuntimeError`` instead. Gives up after ``timeout``
+        seconds (a hung store, a stopped loop): logs at ERROR what is not written, leaves it to
+        go out once the store answers, returns False.
         """
         current = running_loop()
         deadline = time.monotonic() + timeout
@@ -868,6 +873,12 @@ class EventBuffer:
                 write, ours = self._next_locked(pick_loop())
                 if write is not None and write.loop is current:
                     self._write_all = True
+                    if closing:
+                        raise RuntimeError(
+                            "journal.close() cannot wait for a write running on this thread's "
+                            "event loop: in async code use `await journal.aclose()` or "
+                            "`async with RunJournal(...)`"
+                        )
                     return True
             if write is None:
                 return True

@@ -1224,7 +1224,8 @@ class RunJournal(GraphCallbackHandler):
         await self._writer.aclose()
 
     def close(self) -> None:
-        """Blocking ``aclose()`` for code without an event loop."""
+        """Blocking ``aclose()`` for code without an event loop (``RuntimeError`` inside a
+        coroutine whose loop runs one of the journal's writes: it cannot wait for it there)."""
         self._settle()
         self._warn_waiting()
         self._writer.close()

@@ -206,11 +206,12 @@ class JournalWriter:
             await asyncio.wrap_future(closing)
 
     def close(self) -> None:
-        """``aclose()`` for code that may block (with no loop, or beside a running one)."""
+        """``aclose()`` for code that may block (with no loop, or beside a running one); raises
+        ``RuntimeError`` when a write runs on this thread's own loop, which it cannot wait for."""
         with self._lock:
             pending = list(self._pending)
         concurrent.futures.wait(pending, self.wait_timeout)
-        if not self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout):
+        if not self.buffer.flush_blocking(self.blocking_loop, self.wait_timeout, closing=True):
             return
         if running_loop() is None:
             concurrent.futures.wait(self._still_running(), self.wait_timeout)

@@ -513,6 +513,19 @@ async def test_the_journal_is_an_async_context_manager(monkeypatch):
     assert len(await run_events(journal)) == 4
 
 
+async def test_closing_inside_a_coroutine_with_a_write_on_its_loop_says_to_use_aclose():
+    """``close()`` blocks, so on the loop that runs the journal's write it cannot wait for it:
+    returning as if everything were written let a store closed next lose the run."""
+    store = GatedStore()  # a store still writing when the block ends
+    with pytest.raises(RuntimeError, match="aclose"), RunJournal(event_store=store) as journal:
+        await agent_graph(scripted(ai("ok"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    store.gate.set()
+    await journal.aclose()  # what the error says: nothing was lost meanwhile
+    assert len(await store.list_events(journal.thread_id, journal.run_id)) == 4
+    summary = await store.get_run_summary(journal.thread_id, journal.run_id)
+    assert summary is not None and summary.status == "success"
+
+
 ABANDONED_RUN = """
 import sqlite3, sys, time, uuid
 from langchain_core.messages import ToolMessage
