@@ -28,6 +28,7 @@ __all__ = [
     "WorkspaceChangeLimits",
     "WorkspaceRoot",
     "WorkspaceSnapshot",
+    "check_roots",
     "file_digest",
     "is_sensitive_path",
     "read_small",
@@ -313,7 +314,7 @@ def scan_workspace(
 
     ``keep_content=False`` records ``lstat`` facts only and reads no file.
     """
-    roots = _check_roots(roots)
+    roots = check_roots(roots)
     limits = limits or WorkspaceChangeLimits()
     started_ns = time.time_ns()
     files: dict[tuple[str, str], FileState] = {}
@@ -338,7 +339,9 @@ def scan_workspace(
     return WorkspaceSnapshot(roots, limits, files, started_ns, boundary, frozenset(unreadable))
 
 
-def _check_roots(roots: Iterable[WorkspaceRoot]) -> tuple[WorkspaceRoot, ...]:
+def check_roots(roots: Iterable[WorkspaceRoot]) -> tuple[WorkspaceRoot, ...]:
+    """``roots`` as a tuple (one root alone too); ``TypeError`` for anything but
+    ``WorkspaceRoot`` objects, ``ValueError`` for a name used twice (changes are keyed by it)."""
     if isinstance(roots, WorkspaceRoot):
         roots = (roots,)
     checked = tuple(roots)

@@ -21,6 +21,7 @@ from deerflow_journal.workspace import (
     capture_workspace_snapshot,
     workspace_changes_event,
 )
+from deerflow_journal.workspace_scan import check_roots
 
 __all__ = ["Snapshot", "WorkspaceTracker"]
 
@@ -35,10 +36,7 @@ class WorkspaceTracker:
     def __init__(
         self, roots: Iterable[WorkspaceRoot], limits: WorkspaceChangeLimits | None = None
     ) -> None:
-        self.roots = tuple([roots] if isinstance(roots, WorkspaceRoot) else roots)
-        for root in self.roots:
-            if not isinstance(root, WorkspaceRoot):
-                raise TypeError(f"workspace_roots must hold WorkspaceRoot, got {root!r}")
+        self.roots = check_roots(roots)  # here, not at each run's snapshot
         self.limits = limits
 
     def snapshot(self) -> Snapshot:

@@ -151,6 +151,17 @@ async def test_workspace_roots_record_the_runs_file_changes(tmp_path):
     assert (change["path"], change["status"]) == ("/mnt/user-data/outputs/report.md", "created")
 
 
+def test_workspace_roots_are_checked_when_the_journal_is_made(tmp_path):
+    """A bad root is refused by the constructor: found at each run's snapshot, it made every
+    run log a traceback and record no workspace event."""
+    root = workspace(tmp_path)
+    other = WorkspaceRoot(root.name, tmp_path, "/mnt/other")
+    with pytest.raises(ValueError, match="unique"):
+        RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root, other])
+    with pytest.raises(TypeError, match="WorkspaceRoot"):
+        RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[str(tmp_path)])
+
+
 async def test_with_workspace_roots_run_end_stores_the_outputs_as_the_run_ended(tmp_path):
     # The run's end waits for the workspace diff: the caller has its outputs back by then.
     root = workspace(tmp_path)
