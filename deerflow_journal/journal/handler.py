@@ -156,7 +156,8 @@ class RunJournal(GraphCallbackHandler):
             them (it is down, say); the next ones go in order to a file in a temporary
             directory and are written once the store answers, then the file is removed. A
             process that exits with events in that file says at ERROR where it is.
-        progress_reporter: Async callable receiving ``get_completion_data()`` snapshots.
+        progress_reporter: Async callable receiving ``get_completion_data()`` snapshots (a
+            plain function works too: it is called on the event loop, so keep it quick).
         progress_flush_interval: Minimum seconds between two progress snapshots.
         workspace_roots: Directories whose file changes each run records as one
             ``workspace_changes`` event (snapshot at run start, which the run's first step
@@ -188,6 +189,8 @@ class RunJournal(GraphCallbackHandler):
         _check_count("max_buffered_events", max_buffered_events)
         if progress_flush_interval < 0:
             raise ValueError("progress_flush_interval must not be negative")
+        if progress_reporter is not None and not callable(progress_reporter):
+            raise TypeError(f"progress_reporter must be callable, got {progress_reporter!r}")
         if run_id is not None:
             check_text(run_id, "run_id")
         if thread_id is not None:

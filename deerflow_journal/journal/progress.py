@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -16,7 +17,8 @@ __all__ = ["ProgressReporter", "ProgressThrottle"]
 
 logger = logging.getLogger(__name__)
 
-ProgressReporter = Callable[[dict[str, Any]], Awaitable[Any]]
+#: Receives each snapshot: an async callable, or a plain one (called on the event loop).
+ProgressReporter = Callable[[dict[str, Any]], Awaitable[Any] | Any]
 
 #: Seconds the program's exit waits for the snapshots it cancels to finish.
 _EXIT_WAIT = 2.0
@@ -36,7 +38,7 @@ class ProgressThrottle:
     ``finish()``). Snapshots are built when sent, so a trailing one shows the latest data.
 
     Args:
-        reporter: Async callable receiving each snapshot.
+        reporter: Callable receiving each snapshot (awaited if it returns an awaitable).
         interval: Minimum seconds between two snapshots.
         snapshot: Builds the snapshot to send.
     """
@@ -116,7 +118,9 @@ class ProgressThrottle:
         with _delivering_lock:
             _delivering.add(task)
         try:
-            await self._reporter(snapshot)
+            result = self._reporter(snapshot)
+            if inspect.isawaitable(result):
+                await result
         except Exception:
             logger.exception("progress_reporter failed")
         finally:

@@ -1037,6 +1037,22 @@ async def test_progress_without_throttling_sends_every_change():
     assert [s["message_count"] for s in snapshots] == [1, 2, 3, 4]
 
 
+async def test_a_plain_function_is_a_progress_reporter_too(caplog):
+    """Not only an async one: a plain function got every snapshot's TypeError logged."""
+    snapshots: list[dict[str, Any]] = []
+    journal = RunJournal(
+        event_store=MemoryRunEventStore(),
+        progress_reporter=snapshots.append,
+        progress_flush_interval=0,
+    )
+    await journaled(agent_graph(scripted(*tool_script())), journal)
+    await journal.aclose()
+    assert [s["message_count"] for s in snapshots] == [1, 2, 3, 4]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    with pytest.raises(TypeError, match="callable"):
+        RunJournal(event_store=MemoryRunEventStore(), progress_reporter="http://example.com")
+
+
 @pytest.mark.parametrize("owned", [False, True], ids=["store passed in", "own store"])
 async def test_progress_snapshots_run_on_the_loop_running_the_graph(monkeypatch, owned):
     monkeypatch.setenv("DEERFLOW_JOURNAL_URL", "memory://")
