@@ -13,7 +13,7 @@ from collections.abc import Mapping, MutableSequence, MutableSet, Sequence
 from typing import Any
 
 from deerflow_journal.catalog import SUBAGENT_END_EVENT, SUBAGENT_START_EVENT, SUBAGENT_STEP_EVENT
-from deerflow_journal.records import encode_json
+from deerflow_journal.records import ID_MAX_LENGTH, encode_json
 
 __all__ = [
     "SUBAGENT_END_STATUSES",
@@ -143,7 +143,9 @@ def build_subagent_step(
 
 def _valid_task_id(chunk: Mapping[str, Any]) -> str | None:
     task_id = chunk.get("task_id")
-    return task_id if isinstance(task_id, str) and task_id else None
+    # Stores index it, and refuse a longer one: a chunk with one is malformed.
+    ok = isinstance(task_id, str) and 0 < len(task_id) <= ID_MAX_LENGTH
+    return task_id if ok else None
 
 
 def _start_event(chunk: Mapping[str, Any], task_id: str) -> dict[str, Any]:
@@ -188,7 +190,8 @@ def _end_event(chunk: Mapping[str, Any], task_id: str, status: str) -> dict[str,
         value = chunk.get(key)
         if value is None:
             continue
-        text = value if isinstance(value, str) else encode_json(value)
+        # An exception as its message (its JSON would be that message in quotes).
+        text = str(value) if isinstance(value, str | BaseException) else encode_json(value)
         content[key], content[f"{key}_truncated"] = truncate_step_text(
             text, SUBAGENT_STEP_MAX_CHARS
         )

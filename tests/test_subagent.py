@@ -149,6 +149,11 @@ def test_terminal_chunk_keeps_a_non_string_result_as_its_json():
     assert event["content"]["result"] == '{"n":1}'
 
 
+def test_terminal_chunk_keeps_an_exception_as_its_message():
+    event = subagent_run_event({"type": "task_failed", "task_id": "t", "error": ValueError("bad")})
+    assert event["content"]["error"] == "bad"
+
+
 # -- malformed chunks -------------------------------------------------------------------------
 
 MALFORMED = {
@@ -156,6 +161,7 @@ MALFORMED = {
     "empty task_id": {"type": "task_started", "task_id": ""},
     "int task_id": {"type": "task_started", "task_id": 7},
     "None task_id": {"type": "task_completed", "task_id": None},
+    "task_id too long to store": {"type": "task_started", "task_id": "t" * 129},
     "bool message_index": running({"type": "ai", "content": "x"}, index=True),
     "negative message_index": running({"type": "ai", "content": "x"}, index=-1),
     "float message_index": running({"type": "ai", "content": "x"}, index=1.0),
