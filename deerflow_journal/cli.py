@@ -773,8 +773,21 @@ def _port(text: str) -> int:
 
 
 def _user(text: str) -> str:
+    return _checked(text, "--user")
+
+
+def _thread(text: str) -> str:
+    return _checked(text, "THREAD")
+
+
+def _run(text: str) -> str:
+    return _checked(text, "RUN")
+
+
+def _checked(text: str, name: str) -> str:
+    """An id as the stores check it: a bad one is a usage error, not a failed read."""
     try:
-        return check_text(text, "--user")
+        return check_text(text, name)
     except (TypeError, ValueError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -834,30 +847,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--json", action="store_true", help="one JSON object per thread")
 
     sub = command("runs", cmd_runs, "runs (of one thread, or of every thread), newest first")
-    sub.add_argument("thread", nargs="?", metavar="THREAD")
+    sub.add_argument("thread", nargs="?", type=_thread, metavar="THREAD")
     sub.add_argument("--status", choices=RUN_STATUSES)
     sub.add_argument("--limit", type=_positive, default=20, help="how many (default 20)")
     sub.add_argument("--json", action="store_true", help="one run summary (JSON) per line")
 
     sub = command("show", cmd_show, "a run's timeline and summary")
-    sub.add_argument("thread", metavar="THREAD")
-    sub.add_argument("run", metavar="RUN")
+    sub.add_argument("thread", type=_thread, metavar="THREAD")
+    sub.add_argument("run", type=_run, metavar="RUN")
     sub.add_argument("--json", action="store_true", help="the run's events, one JSON per line")
 
     sub = command("summary", cmd_summary, "a run's summary: status, timing, tokens")
-    sub.add_argument("thread", metavar="THREAD")
-    sub.add_argument("run", metavar="RUN")
+    sub.add_argument("thread", type=_thread, metavar="THREAD")
+    sub.add_argument("run", type=_run, metavar="RUN")
     sub.add_argument("--json", action="store_true", help="the summary as JSON")
 
     sub = command("tail", cmd_tail, "a thread's latest events; with --follow, new ones too")
-    sub.add_argument("thread", metavar="THREAD")
+    sub.add_argument("thread", type=_thread, metavar="THREAD")
     sub.add_argument("--follow", "-f", action="store_true", help="print new events until Ctrl-C")
     sub.add_argument("--lines", "-n", type=_positive, default=10, help="how many (default 10)")
     sub.add_argument("--interval", type=_seconds, default=0.5, help="seconds between polls")
 
     sub = command("export", cmd_export, "a thread's (or run's) events and summaries as JSONL")
-    sub.add_argument("thread", metavar="THREAD")
-    sub.add_argument("run", nargs="?", metavar="RUN")
+    sub.add_argument("thread", type=_thread, metavar="THREAD")
+    sub.add_argument("run", nargs="?", type=_run, metavar="RUN")
     sub.add_argument(
         "--format",
         choices=("jsonl", "otlp"),

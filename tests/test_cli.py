@@ -464,6 +464,10 @@ def test_each_mistake_prints_one_line_naming_the_fix(journal_db: str, tmp_path: 
     assert "`deerflow-journal runs broken`" in no_run
     assert "has no run 'r1'" in mistake(*url, "summary", "broken", "r1")
     assert "has no run 'r1'" in mistake(*url, "export", "broken", "r1")
+    # An id no store could hold is the user's mistake, not an unexpected error.
+    for words in (["show", "a\tb", "r1"], ["runs", "x" * 129], ["summary", "broken", "r\x7f"]):
+        said = mistake(*url, *words)
+        assert "unexpected" not in said and "characters" in said, said
     assert "unknown store URL 'nosuch://x'" in mistake("--url", "nosuch://x", "threads")
     missing = mistake("--url", f"sqlite:///{tmp_path / 'none.db'}", "threads")
     assert "no SQLite journal at" in missing and "--url" in missing
