@@ -20,8 +20,10 @@ from deerflow_journal import (
     JsonlRunEventStore,
     ReadOnlyStoreError,
     RunEventStore,
+    RunJournal,
     RunSummary,
     SqliteRunEventStore,
+    SyncStore,
     open_store,
 )
 from deerflow_journal.stores.jsonl_paths import ThreadPaths
@@ -102,6 +104,19 @@ async def test_a_read_only_store_refuses_every_write_and_delete_and_still_reads(
             assert [e["seq"] for e in await writer.list_events("t", "r1")] == [1, 2]
             assert [s.run_id for s in await writer.list_run_summaries("t")] == ["r1"]
             assert await writer.get_run_summary("t", "r9") is None
+
+
+async def test_a_journal_refuses_a_read_only_store(backend):
+    """Every write would be refused: kept and retried, its runs ended in a spill file."""
+    store = open_store(backend.url(), read_only=True)
+    with pytest.raises(ValueError, match="read_only"):
+        RunJournal(event_store=store)
+    if backend.persistent:
+        async with backend.make():  # a database to open
+            pass
+        facade = SyncStore(open_store(backend.url(), read_only=True))
+        with facade, pytest.raises(ValueError, match="read_only"):
+            RunJournal(event_store=facade)
 
 
 async def test_a_read_only_store_where_no_journal_is_says_so_and_creates_nothing(

@@ -99,10 +99,13 @@ def _summary_builder(lock: threading.Lock, state: RunState) -> SummaryBuilder:
 
 
 def _checked_store(store: Any) -> Any:
-    """``store`` if it has the two async methods a journal writes through, else TypeError."""
+    """``store`` if it has the two async methods a journal writes through, else TypeError
+    (ValueError for one of our stores opened read-only)."""
     if isinstance(store, SyncStore):  # its async store, which is written on the facade's loop
         store.setup()
-        return store.store
+        store = store.store
+    if isinstance(store, RunEventStore) and store.read_only:  # it would refuse every write
+        raise ValueError("event_store is opened read_only: a journal needs a writable store")
     for name in ("put_batch", "put_run_summary"):
         if not callable(getattr(store, name, None)):
             raise TypeError(
