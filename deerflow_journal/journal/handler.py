@@ -948,7 +948,10 @@ class RunJournal(GraphCallbackHandler):
                 return
             key = getattr(run_id, "int", run_id)
             self._runs[key] = state
-            state.tool_starts[key] = ToolStart(time.monotonic(), kwargs.get("tool_call_id"), name)
+            call_id = kwargs.get("tool_call_id")
+            state.tool_starts[key] = ToolStart(time.monotonic(), call_id, name)
+            if call_id and state.outcomes.settled:
+                state.outcomes.started(call_id)
         finally:
             self._lock.release()
 

@@ -27,9 +27,10 @@ class ToolCallOutcomes:
         #: The content of each call's latest result, until the run closes.
         self.answers: dict[str, Any] = {}
         #: Calls whose outcome no later callback may change: answered by a message no tool
-        #: callback gave, or ended with the run. A tool still running then (one that
-        #: ``asyncio.gather`` left going when another failed) ends too late for any model to
-        #: see its result or error, which would be the call's second outcome.
+        #: callback gave, ended by an error the model saw, or ended with the run. A tool
+        #: still running then (one that ``asyncio.gather`` left going when another failed)
+        #: ends too late for any model to see its result or error, which would be the call's
+        #: second outcome; a tool that starts later is a new call (``started``).
         self.settled: set[str] = set()
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
@@ -40,6 +41,11 @@ class ToolCallOutcomes:
                 self.pending[call_id] = (call.get("name"), None)
                 self.answers.pop(call_id, None)  # a model may use an id again: a new call
                 self.settled.discard(call_id)
+
+    def started(self, tool_call_id: str) -> None:
+        """Note a tool starting: for a settled call it is a new call under a reused id (a
+        subagent's model numbering its calls afresh), whose outcome is written."""
+        self.settled.discard(tool_call_id)
 
     def resolve(self, tool_call_id: str | None) -> bool:
         """Mark a call as ended (dropping an error a retry made good); False if not pending."""

@@ -572,6 +572,35 @@ async def test_a_call_whose_tool_ends_after_its_outcome_keeps_that_one_outcome(c
     assert journal.summary().message_count == (4 if caught else 2)
 
 
+async def test_a_subagent_reusing_a_failed_call_id_keeps_its_new_result():
+    """A subagent's model numbers its calls afresh: its failed call_0 is settled once its
+    error is written (at its next model call), and the next call_0 is a new call."""
+    sub = agent_graph(
+        scripted(
+            ai("", calls=[("explode", {"reason": "r"}, "call_0")]),
+            ai("", calls=[("add", {"a": 1, "b": 2}, "call_0")]),
+            ai("3"),
+        ),
+        tools=(add, explode),
+    )
+
+    async def delegate(state: MessagesState) -> dict[str, Any]:
+        out = await sub.ainvoke(state, {"tags": ["subagent:math"]})
+        return {"messages": [out["messages"][-1]]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("delegate", delegate)
+    builder.add_edge(START, "delegate")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await builder.compile().ainvoke({"messages": [HumanMessage("1+2?")]}, {"callbacks": [journal]})
+    outcomes = [
+        (e["event_type"], e["metadata"]["tool_call_id"])
+        for e in await run_events(journal, flush=True)
+        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
+    ]
+    assert outcomes == [("tool.error", "call_0"), ("llm.tool.result", "call_0")]
+
+
 async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result():
     """Some models number their calls afresh each turn: the same id asked for again, and
     answered alike, is a second call and a second result."""
