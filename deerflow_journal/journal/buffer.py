@@ -712,7 +712,7 @@ class EventBuffer:
                 try:
                     await self.store.put_run_summary(RunSummary.model_validate(summary))
                 except EventRefused as exc:
-                    # This summary alone: those before it are stored, those after it untried.
+                    # This summary alone: those before it are stored, those after it go next.
                     logger.error(
                         "journal dropped the run summary of thread %s run %s its store refused: %s",
                         summary["thread_id"],

@@ -4,8 +4,9 @@ Ids are free text, so each id is one percent-encoded path segment (``quote(id, s
 ``team/a 1%`` is ``team%2Fa%201%25``; ``EncodedSlashes`` in app.py keeps an encoded "/" inside
 its segment). Browsers and URL parsers drop or fold the segments ``.`` and ``..`` even when
 they are written ``%2E`` (WHATWG URL), so those two ids get the escape prefix ``~``: ``.`` is
-``/threads/~.``. An id that starts with ``~`` gets it too (``~x`` is ``~~x``), and reading
-removes one leading ``~``. Every other id keeps its plain form (``/threads/thread-1``).
+``/threads/~.``. So does an id of tildes then ``.`` or ``..`` (``~..`` is ``~~..``), and reading
+removes one ``~`` from such a segment only. Every other id keeps its plain form
+(``/threads/thread-1``, ``/threads/~x``): a URL built before this rule means what it meant.
 
 The API's paths are the pages' paths after ``/api``.
 """
@@ -24,10 +25,13 @@ __all__ = ["ESCAPE", "path_id", "url"]
 ESCAPE = "~"
 
 
+def _dots(text: str) -> bool:
+    """``.`` or ``..``, after any escapes."""
+    return text.lstrip(ESCAPE) in (".", "..")
+
+
 def _segment(id_: str) -> str:
-    if id_ in (".", "..") or id_.startswith(ESCAPE):
-        id_ = ESCAPE + id_
-    return quote(id_, safe="")
+    return quote(ESCAPE + id_ if _dots(id_) else id_, safe="")
 
 
 def url(thread_id: str, run_id: str | None = None) -> str:
@@ -41,7 +45,9 @@ def path_id(path_params: Mapping[str, str], name: str) -> str:
     does; a bad one is a ``ParamError``."""
     # "/" and "%" reach the route still encoded (``EncodedSlashes``).
     segment = unquote(path_params[name])
+    if _dots(segment):
+        segment = segment.removeprefix(ESCAPE)
     try:
-        return check_text(segment.removeprefix(ESCAPE), name)
+        return check_text(segment, name)
     except (TypeError, ValueError) as exc:
         raise ParamError(name, str(exc)) from None

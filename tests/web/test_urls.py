@@ -18,13 +18,14 @@ def test_ordinary_ids_keep_their_plain_urls():
 
 @pytest.mark.parametrize(
     ("id_", "segment"),
-    [(".", "~."), ("..", "~.."), ("~", "~~"), ("~..", "~~.."), ("~x", "~~x")],
+    [(".", "~."), ("..", "~.."), ("~.", "~~."), ("~~..", "~~~.."), ("~", "~"), ("~x", "~x")],
 )
-def test_dot_segments_and_ids_starting_with_the_escape_are_escaped(id_: str, segment: str):
+def test_dot_segments_are_escaped_and_other_ids_kept(id_: str, segment: str):
+    """Only ids a URL parser would fold change: a URL built before means what it meant."""
     assert url(id_, id_) == f"/threads/{segment}/runs/{segment}"
     assert path_id({"run_id": segment}, "run_id") == id_
 
 
-def test_an_escape_alone_is_no_id():
+def test_a_bad_id_is_a_param_error():
     with pytest.raises(ParamError, match="run_id"):
-        path_id({"run_id": "~"}, "run_id")
+        path_id({"run_id": "%09"}, "run_id")
