@@ -522,6 +522,7 @@ class RunJournal(GraphCallbackHandler):
                 message.tool_call_id
             ):
                 self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
+                state.outcome_written(message.tool_call_id)
                 written = True
         return written
 
@@ -627,6 +628,7 @@ class RunJournal(GraphCallbackHandler):
             for tool_call_id, name, stopped_by in state.outcomes.unresolved(state.status):
                 reason = mapping.UNRESOLVED_REASONS[stopped_by]
                 self._emit(state, mapping.tool_unresolved_event(tool_call_id, name, reason))
+                state.outcome_written(tool_call_id)
             self._emit_own(state, terminal)  # copied in _end_run, under the lock
             state.closed = True
             self._queue_summary(state)
@@ -948,10 +950,7 @@ class RunJournal(GraphCallbackHandler):
                 return
             key = getattr(run_id, "int", run_id)
             self._runs[key] = state
-            call_id = kwargs.get("tool_call_id")
-            state.tool_starts[key] = ToolStart(time.monotonic(), call_id, name)
-            if call_id and state.outcomes.settled:
-                state.outcomes.started(call_id)
+            state.tool_starts[key] = ToolStart(time.monotonic(), kwargs.get("tool_call_id"), name)
         finally:
             self._lock.release()
 
@@ -981,12 +980,15 @@ class RunJournal(GraphCallbackHandler):
                 )
             if state is None:
                 return
-            state.tool_starts.pop(key, None)
-            if type(output) is not ToolMessage and messages:  # a Command's update
+            start = state.tool_starts.pop(key, None)
+            if start is not None and start.late and caller == mapping.LEAD_AGENT:
+                messages = []  # its call's outcome is written: this one came too late
+            elif type(output) is not ToolMessage and messages:  # a Command's update
                 messages = self._new_messages(parent_run_id, messages)
             outcomes = state.outcomes
             for message in messages:
-                if outcomes.answered(getattr(message, "tool_call_id", None), message.content):
+                call_id = getattr(message, "tool_call_id", None)
+                if outcomes.answered(call_id, message.content, caller):
                     self._emit_own(state, mapping.tool_result_event(message, caller))
         finally:
             self._lock.release()
@@ -1053,6 +1055,8 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Write or hold a tool's error (call with the lock held)."""
         start = state.tool_starts.pop(key, None)
+        if start is not None and start.late and caller == mapping.LEAD_AGENT:
+            return  # its call's outcome is written: this error came too late
         tool_call_id = kwargs.get("tool_call_id") or (start and start.tool_call_id)
         stopped_by = mapping.control_flow_status(error)
         if stopped_by is not None:

@@ -35,6 +35,9 @@ class ToolStart:
     started: float
     tool_call_id: str | None
     name: str | None
+    #: Its call's outcome is written already (the run ended, or its node answered the call
+    #: itself): what this tool ends with is too late for any model to see.
+    late: bool = False
 
 
 #: The metadata key under which LangGraph names the task a chain runs in: ``node:task_id``,
@@ -175,6 +178,14 @@ class RunState:
     closed: bool = False  # its terminal event is written: what comes later follows it
     unbound_events: list[Mapping[str, Any]] = field(default_factory=list)
     workspace_before: Any = None
+
+    def outcome_written(self, tool_call_id: str) -> None:
+        """Mark the lead agent's tools still running for ``tool_call_id`` late: its outcome
+        is written, so theirs would be a second one (``asyncio.gather`` leaves a tool running
+        when another fails)."""
+        for start in self.tool_starts.values():
+            if start.tool_call_id == tool_call_id:
+                start.late = True
 
     @property
     def bound(self) -> bool:

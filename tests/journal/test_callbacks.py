@@ -601,6 +601,88 @@ async def test_a_subagent_reusing_a_failed_call_id_keeps_its_new_result():
     assert outcomes == [("tool.error", "call_0"), ("llm.tool.result", "call_0")]
 
 
+@pytest.mark.parametrize("sub_fails", [True, False], ids=["subagent call failed", "answered"])
+async def test_a_task_tool_and_its_subagent_sharing_a_call_id_keep_both_outcomes(sub_fails):
+    """The lead agent's task tool (call_0) runs a subagent whose model numbers its calls
+    afresh (call_0 too): the subagent's outcome, or its answer alike, takes nothing from the
+    lead agent's."""
+    first = (
+        ("explode", {"reason": "r"}, "call_0") if sub_fails else ("add", {"a": 1, "b": 2}, "call_0")
+    )
+    sub = agent_graph(scripted(ai("", calls=[first]), ai("3")), tools=(add, explode))
+
+    @tool
+    async def task(description: str) -> str:
+        """Delegate to a subagent."""
+        out = await sub.ainvoke(
+            {"messages": [HumanMessage(description)]}, {"tags": ["subagent:math"]}
+        )
+        return out["messages"][-1].content
+
+    lead = agent_graph(
+        scripted(ai("", calls=[("task", {"description": "1+2"}, "call_0")]), ai("3")), [task]
+    )
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await lead.ainvoke({"messages": [HumanMessage("1+2?")]}, {"callbacks": [journal]})
+    outcomes = [
+        (e["event_type"], e["metadata"]["caller"], e["metadata"]["tool_call_id"])
+        for e in await run_events(journal, flush=True)
+        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
+    ]
+    sub_outcome = "tool.error" if sub_fails else "llm.tool.result"
+    assert outcomes == [
+        (sub_outcome, "subagent:math", "call_0"),
+        ("llm.tool.result", "lead_agent", "call_0"),
+    ]
+
+
+async def test_parallel_subagents_sharing_a_call_id_keep_each_outcome():
+    """Two instances of one subagent run at once, each model numbering its calls call_0: the
+    one failing while the other's tool still runs takes nothing from it."""
+    b_started, a_done = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def boom(reason: str) -> str:
+        """Fail once the other call runs."""
+        await b_started.wait()
+        raise RuntimeError("boom")
+
+    @tool
+    async def slow(q: str) -> str:
+        """Answer once the other subagent is done."""
+        b_started.set()
+        await a_done.wait()
+        return "B result"
+
+    sub_a = agent_graph(
+        scripted(ai("", calls=[("boom", {"reason": "r"}, "call_0")]), ai("A")), [boom]
+    )
+    sub_b = agent_graph(scripted(ai("", calls=[("slow", {"q": "x"}, "call_0")]), ai("B")), [slow])
+
+    async def run_a(state: MessagesState) -> dict[str, Any]:
+        out = await sub_a.ainvoke({"messages": [HumanMessage("a")]}, {"tags": ["subagent:gp"]})
+        a_done.set()
+        return {"messages": [out["messages"][-1]]}
+
+    async def run_b(state: MessagesState) -> dict[str, Any]:
+        out = await sub_b.ainvoke({"messages": [HumanMessage("b")]}, {"tags": ["subagent:gp"]})
+        return {"messages": [out["messages"][-1]]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("a", run_a)
+    graph.add_node("b", run_b)
+    graph.add_edge(START, "a")
+    graph.add_edge(START, "b")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await graph.compile().ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
+    outcomes = [
+        (e["event_type"], e["metadata"]["tool_call_id"])
+        for e in await run_events(journal, flush=True)
+        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
+    ]
+    assert sorted(outcomes) == [("llm.tool.result", "call_0"), ("tool.error", "call_0")]
+
+
 async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result():
     """Some models number their calls afresh each turn: the same id asked for again, and
     answered alike, is a second call and a second result."""
