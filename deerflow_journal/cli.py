@@ -789,7 +789,8 @@ def _checked(text: str, name: str) -> str:
     try:
         return check_text(text, name)
     except (TypeError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        said = str(exc)  # it quotes the id, which may be very long
+        raise argparse.ArgumentTypeError(said if len(said) <= 200 else said[:199] + "…") from None
 
 
 # -- the command line -----------------------------------------------------------------------

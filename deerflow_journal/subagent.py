@@ -143,9 +143,16 @@ def build_subagent_step(
 
 def _valid_task_id(chunk: Mapping[str, Any]) -> str | None:
     task_id = chunk.get("task_id")
-    # Stores index it, and refuse a longer one: a chunk with one is malformed.
-    ok = isinstance(task_id, str) and 0 < len(task_id) <= ID_MAX_LENGTH
-    return task_id if ok else None
+    if not isinstance(task_id, str) or not task_id:
+        return None
+    if len(task_id) > ID_MAX_LENGTH:  # stores index it, and refuse a longer one
+        logger.warning(
+            "dropping a subagent chunk whose task_id is %d characters (at most %d are stored)",
+            len(task_id),
+            ID_MAX_LENGTH,
+        )
+        return None
+    return task_id
 
 
 def _start_event(chunk: Mapping[str, Any], task_id: str) -> dict[str, Any]:
@@ -190,8 +197,10 @@ def _end_event(chunk: Mapping[str, Any], task_id: str, status: str) -> dict[str,
         value = chunk.get(key)
         if value is None:
             continue
-        # An exception as its message (its JSON would be that message in quotes).
-        text = str(value) if isinstance(value, str | BaseException) else encode_json(value)
+        if isinstance(value, BaseException):  # its message (its JSON would be it in quotes)
+            text = str(value) or type(value).__name__
+        else:
+            text = value if isinstance(value, str) else encode_json(value)
         content[key], content[f"{key}_truncated"] = truncate_step_text(
             text, SUBAGENT_STEP_MAX_CHARS
         )

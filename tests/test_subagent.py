@@ -149,9 +149,11 @@ def test_terminal_chunk_keeps_a_non_string_result_as_its_json():
     assert event["content"]["result"] == '{"n":1}'
 
 
-def test_terminal_chunk_keeps_an_exception_as_its_message():
+def test_terminal_chunk_keeps_an_exception_as_its_message_else_its_type():
     event = subagent_run_event({"type": "task_failed", "task_id": "t", "error": ValueError("bad")})
     assert event["content"]["error"] == "bad"
+    event = subagent_run_event({"type": "task_failed", "task_id": "t", "error": TimeoutError()})
+    assert event["content"]["error"] == "TimeoutError"
 
 
 # -- malformed chunks -------------------------------------------------------------------------

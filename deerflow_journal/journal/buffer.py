@@ -858,7 +858,7 @@ class EventBuffer:
         not blocked by this thread. A write already running on this thread's own loop cannot
         be waited for here: it finishes in the background, and what it leaves goes out right
         after it (with the next write, if it fails); ``closing`` (the caller is about to say
-        everything is written) raises ``RuntimeError`` instead. Gives up after ``timeout``
+        everything is written) says so in a WARNING. Gives up after ``timeout``
         seconds (a hung store, a stopped loop): logs at ERROR what is not written, leaves it to
         go out once the store answers, returns False.
         """
@@ -874,10 +874,13 @@ class EventBuffer:
                 if write is not None and write.loop is current:
                     self._write_all = True
                     if closing:
-                        raise RuntimeError(
-                            "journal.close() cannot wait for a write running on this thread's "
-                            "event loop: in async code use `await journal.aclose()` or "
-                            "`async with RunJournal(...)`"
+                        # Raising would replace what a `with` block raises (a cancellation
+                        # too), and a notebook cell's store stays open for the write to end.
+                        logger.warning(
+                            "journal.close() returns before its write on this thread's event "
+                            "loop ends (it cannot wait for it there; the loop ends it): use "
+                            "`await journal.aclose()` or `async with RunJournal(...)` in async "
+                            "code and notebooks, and close the store only after that"
                         )
                     return True
             if write is None:

@@ -101,11 +101,11 @@ def _summary_builder(lock: threading.Lock, state: RunState) -> SummaryBuilder:
 def _checked_store(store: Any) -> Any:
     """``store`` if it has the two async methods a journal writes through, else TypeError
     (ValueError for one of our stores opened read-only)."""
+    if isinstance(store, SyncStore | RunEventStore) and store.read_only:  # refuses every write
+        raise ValueError("event_store is opened read_only: a journal needs a writable store")
     if isinstance(store, SyncStore):  # its async store, which is written on the facade's loop
         store.setup()
         store = store.store
-    if isinstance(store, RunEventStore) and store.read_only:  # it would refuse every write
-        raise ValueError("event_store is opened read_only: a journal needs a writable store")
     for name in ("put_batch", "put_run_summary"):
         if not callable(getattr(store, name, None)):
             raise TypeError(
@@ -1235,8 +1235,8 @@ class RunJournal(GraphCallbackHandler):
         await self._writer.aclose()
 
     def close(self) -> None:
-        """Blocking ``aclose()`` for code without an event loop (``RuntimeError`` inside a
-        coroutine whose loop runs one of the journal's writes: it cannot wait for it there)."""
+        """Blocking ``aclose()`` for code without an event loop (inside a coroutine whose loop
+        runs one of the journal's writes it cannot wait for it, and logs a WARNING)."""
         self._settle()
         self._warn_waiting()
         self._writer.close()

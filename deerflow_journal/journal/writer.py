@@ -206,8 +206,8 @@ class JournalWriter:
             await asyncio.wrap_future(closing)
 
     def close(self) -> None:
-        """``aclose()`` for code that may block (with no loop, or beside a running one); raises
-        ``RuntimeError`` when a write runs on this thread's own loop, which it cannot wait for."""
+        """``aclose()`` for code that may block (with no loop, or beside a running one); a
+        write on this thread's own loop, which it cannot wait for, gets a WARNING."""
         with self._lock:
             pending = list(self._pending)
         concurrent.futures.wait(pending, self.wait_timeout)
