@@ -170,13 +170,8 @@ class NewHumans:
 
     def _look_into_states(self) -> None:
         """Move the states kept, oldest first, into the ids of their old humans."""
-        states = self._states
-        while states:  # each looked into once, whichever thread gets it
-            try:
-                state = states.pop(0)
-            except IndexError:  # another thread took the last one meanwhile
-                return
-            self._old_ids.update(self._old_humans(*state))
+        while self._states:  # each looked into once, whichever thread gets it
+            self._old_ids.update(self._old_humans(*self._states.pop(0)))
 
     def _old_humans(self, state: Any, inputs: Any, root: bool) -> set[str]:
         """The ids of the human messages of ``state`` that ``inputs`` did not bring; notes
