@@ -32,7 +32,7 @@ from deerflow_journal.journal.loops import (
     running_loop,
 )
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
-from deerflow_journal.journal.state import RunState, ToolStart
+from deerflow_journal.journal.state import TASK_KEY, RunState, ToolStart
 from deerflow_journal.journal.workspace import Snapshot, WorkspaceTracker
 from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import check_text, current_user_id
@@ -399,7 +399,11 @@ class RunJournal(GraphCallbackHandler):
                 self._runs[key] = state
                 self._chain_inputs[key] = inputs
                 if not state.human_written and metadata:  # until the run's question is found
-                    state.new_humans.saw_chain(key, parent, inputs, metadata, self._chain_inputs)
+                    task = metadata.get(TASK_KEY)
+                    if task is not None and task not in state.new_humans.tasks:
+                        # The first chain of a LangGraph task is a node, its parent its graph.
+                        graph_inputs = self._chain_inputs.get(parent)
+                        state.new_humans.saw_node(key, task, parent, inputs, graph_inputs)
             return
         if self._joined_caller_run(run_id):
             self._chain_inputs[_key(run_id)] = inputs  # what a graph's inputs bring its nodes
@@ -506,8 +510,8 @@ class RunJournal(GraphCallbackHandler):
             key = getattr(run_id, "int", run_id)
             state = self._runs.pop(key, None)  # one atomic pop
             self._chain_inputs.pop(key, None)
-            if state is not None and not state.human_written:
-                state.new_humans.chain_ended(key, outputs)
+            if state is not None and key in state.new_humans.nodes:
+                state.new_humans.saw_node_end(key, outputs)
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no
@@ -537,8 +541,8 @@ class RunJournal(GraphCallbackHandler):
             key = getattr(run_id, "int", run_id)
             state = self._runs.pop(key, None)
             self._chain_inputs.pop(key, None)
-            if state is not None and not state.human_written:
-                state.new_humans.chain_ended(key, None)
+            if state is not None and key in state.new_humans.nodes:
+                state.new_humans.saw_node_end(key, None)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
@@ -617,7 +621,6 @@ class RunJournal(GraphCallbackHandler):
                 asked = state.new_humans.last_input()
                 if asked is not None:
                     self._write_human(state, asked)
-            state.new_humans.release()  # nothing is checked any more
             for event in state.outcomes.settle():
                 self._emit(state, event)
             if workspace_event is not None:
@@ -803,7 +806,6 @@ class RunJournal(GraphCallbackHandler):
     def _write_human(self, state: RunState, human: HumanMessage) -> None:
         """Write the run's one ``llm.human.input`` (call with the lock held)."""
         state.human_written = True
-        state.new_humans.release()  # nothing is checked any more
         if state.first_human_message is None:
             state.first_human_message = mapping.message_text(human)
         self._emit_own(state, mapping.human_input_event(human))  # a message

@@ -58,9 +58,6 @@ from deerflow_journal.summary import RunStatus
 __all__ = [
     "LAST_AI_MESSAGE_MAX_CHARS",
     "LEAD_AGENT",
-    "SEND_TRIGGERS",
-    "TASK_KEY",
-    "TRIGGERS_KEY",
     "UNRESOLVED_REASONS",
     "EventKwargs",
     "MessageEncoder",
@@ -101,13 +98,6 @@ logger = logging.getLogger(__name__)
 
 LEAD_AGENT = "lead_agent"
 LAST_AI_MESSAGE_MAX_CHARS = 2000
-#: The metadata key under which LangGraph names the task a chain runs in: ``node:task_id``,
-#: after the task of the node that runs its graph, if any (``outer:id|node:id``).
-TASK_KEY = "langgraph_checkpoint_ns"
-#: The metadata key of what triggered a LangGraph task, and its value for a ``Send`` (or a
-#: functional API task): the task's input is its payload, not its graph's state.
-TRIGGERS_KEY = "langgraph_triggers"
-SEND_TRIGGERS = ("__pregel_push",)
 _CALLER_PREFIXES = ("subagent:", MIDDLEWARE_EVENT_PATTERN.prefix)
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 

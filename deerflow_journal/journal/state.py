@@ -14,9 +14,6 @@ from langgraph.callbacks import GraphInterruptEvent
 
 from deerflow_journal.cost import estimate_cost
 from deerflow_journal.journal.mapping import (
-    SEND_TRIGGERS,
-    TASK_KEY,
-    TRIGGERS_KEY,
     holds_messages,
     input_messages,
     latest_visible_human,
@@ -28,7 +25,7 @@ from deerflow_journal.journal.outcomes import ToolCallOutcomes
 from deerflow_journal.journal.usage import TokenUsage
 from deerflow_journal.summary import RunStatus, RunSummary
 
-__all__ = ["NewHumans", "RunState", "ToolStart"]
+__all__ = ["TASK_KEY", "NewHumans", "RunState", "ToolStart"]
 
 
 @dataclass(slots=True)
@@ -43,8 +40,9 @@ class ToolStart:
     late: bool = False
 
 
-#: How many graph states a run keeps before looking into them.
-_STATES_KEPT = 8
+#: The metadata key under which LangGraph names the task a chain runs in: ``node:task_id``,
+#: after the task of the node that runs its graph, if any (``outer:id|node:id``).
+TASK_KEY = "langgraph_checkpoint_ns"
 
 
 class NewHumans:
@@ -54,83 +52,55 @@ class NewHumans:
     Old are the human messages of the state that each graph's first node given messages
     (unless it reads none) starts from, except those the graph's inputs brought or a node
     ending before it added. A graph node is the first chain of a LangGraph task; its parent
-    is its graph. A ``Send`` task's payload is no graph state and is skipped. The run's root
-    graph matches its inputs by text (LangGraph builds messages given as text itself); a
-    graph run inside a node (an agent on a question the node builds, maybe resumed from its
-    own checkpoint, then ignoring its inputs) by id, for the message objects LangGraph gave
-    an id, since a node builds the same question again when resumed, and by text only among
-    the last messages of its state, where ``add_messages`` appends them (a resumed state has
-    newer messages after the question). Anything else is new: a message a node added, one
-    built for the prompt, every message of a run with no graph. States are kept as given
-    and looked into when a question is checked (most runs check one) or once more than
-    ``_STATES_KEPT`` wait; all is released once the run's question is written.
+    is its graph. The run's root graph matches its inputs by text (LangGraph builds messages
+    given as text itself); a graph run inside a node (an agent on a question the node builds,
+    maybe resumed from its own checkpoint, then ignoring its inputs) by id, for the message
+    objects LangGraph gave an id, since a node builds the same question again when resumed.
+    Anything else is new: a message a node added, one built for the prompt, every message of
+    a run with no graph. States are kept as given and looked into only when a question is
+    checked: most runs check one.
     """
 
-    __slots__ = (
-        "_added",
-        "_asked",
-        "_graphs",
-        "_inputs",
-        "_nodes",
-        "_old_ids",
-        "_root",
-        "_states",
-        "_tasks",
-    )
+    __slots__ = ("_added", "_inputs", "_old_ids", "_root", "_states", "graphs", "nodes", "tasks")
 
     def __init__(self) -> None:
         self._inputs: Any = None
         self._root: Hashable = None
-        self._old_ids: set[str] = set()
-        self._added: set[str] = set()  # texts of humans added before their graph's state
-        self._asked: HumanMessage | None = None  # the last question an inner graph's inputs brought
         # The states seen but not looked into yet: (state, graph inputs, the root graph's?).
         self._states: list[tuple[Any, Any, bool]] = []
-        self._tasks: set[str] = set()  # the tasks of the nodes running (their chains share it)
-        self._nodes: dict[Hashable, tuple[str, Hashable]] = {}  # by run key: task, graph
-        self._graphs: set[Hashable] = set()  # the running graphs whose state was seen
+        self._old_ids: set[str] = set()
+        self._added: set[str] = set()  # texts of humans added before their graph's state
+        #: The tasks of the nodes running (the chains nested in a node share its task).
+        self.tasks: set[str] = set()
+        #: The nodes running, by run key: their task and graph.
+        self.nodes: dict[Hashable, tuple[str, Hashable]] = {}
+        #: The graphs whose state was seen, by run key.
+        self.graphs: set[Hashable] = set()
 
     def add_inputs(self, inputs: Any, root: Hashable) -> None:
         """Note a root invocation's inputs and run key."""
         self._inputs, self._root = inputs, root
 
-    def saw_chain(
-        self,
-        key: Hashable,
-        graph: Hashable,
-        inputs: Any,
-        metadata: Mapping[str, Any],
-        chain_inputs: Mapping[Hashable, Any],
+    def saw_node(
+        self, key: Hashable, task: str, graph: Hashable, inputs: Any, graph_inputs: Any
     ) -> None:
-        """Note a chain nested in the run starting (``graph``: its parent; ``chain_inputs``:
-        the inputs of the chains running): if it is a graph node, the first of its graph
-        given messages (a node may declare an input without them), its inputs are a state
-        the run started from."""
-        task = metadata.get(TASK_KEY)
-        if task is None or task in self._tasks:
-            return  # no node, or a chain nested in one
-        self._tasks.add(task)
-        self._nodes[key] = (task, graph)
-        if graph in self._graphs or metadata.get(TRIGGERS_KEY) == SEND_TRIGGERS:
-            return
-        state = node_state(inputs)
-        if holds_messages(state):
-            self._graphs.add(graph)
-            root = graph == self._root
-            self._states.append((state, self._inputs if root else chain_inputs.get(graph), root))
-            if len(self._states) > _STATES_KEPT:
-                self._look_into_states()  # keeps no more states than that, however many
+        """Note a graph node starting: if it is the first of its graph given messages (a node
+        may declare an input without them), its inputs are a state the run started from."""
+        self.tasks.add(task)
+        self.nodes[key] = (task, graph)
+        if graph not in self.graphs:
+            inputs = node_state(inputs)
+            if holds_messages(inputs):
+                self.graphs.add(graph)
+                root = graph == self._root
+                self._states.append((inputs, self._inputs if root else graph_inputs, root))
 
-    def chain_ended(self, key: Hashable, outputs: Any) -> None:
-        """Note a chain nested in the run ending (``outputs`` ``None``: failing): the human
-        messages a node adds before its graph's state was seen are new."""
-        node = self._nodes.pop(key, None)
-        self._graphs.discard(key)  # a graph ended: no node of it starts again
-        if node is None:
-            return
-        task, graph = node
-        self._tasks.discard(task)
-        if graph not in self._graphs:
+    def saw_node_end(self, key: Hashable, outputs: Any) -> None:
+        """Note a node ending (``outputs`` ``None``: failing): the human messages it adds
+        before its graph's state was seen are new."""
+        task, graph = self.nodes.pop(key, ("", None))
+        self.tasks.discard(task)
+        if graph not in self.graphs:
             for message in messages_in(outputs):
                 if isinstance(message, HumanMessage):
                     self._added.add(message_text(message))
@@ -139,77 +109,32 @@ class NewHumans:
         """True if ``message`` was not in a state the run started from."""
         if message.id is None:
             return True
-        self._look_into_states()
+        while self._states:  # each looked into once
+            self._old_ids.update(self._old_humans(*self._states.pop()))
         return message.id not in self._old_ids
 
+    def _old_humans(self, state: Any, inputs: Any, by_text: bool) -> set[str]:
+        """The ids of the human messages of ``state`` that ``inputs`` did not bring."""
+        objects, texts = input_messages(inputs)
+        brought = self._added.union(texts)
+        if by_text:
+            brought.update(message_text(m) for m in objects if isinstance(m, HumanMessage))
+        ids = set() if by_text else {m.id for m in objects}
+        return {
+            m.id
+            for m in messages_in(state)
+            if isinstance(m, HumanMessage)
+            and m.id is not None
+            and m.id not in ids
+            and message_text(m) not in brought
+        }
+
     def last_input(self) -> HumanMessage | None:
-        """The run's question if it stops before a model saw it: the last visible human
-        message the inputs of a graph run inside a node brought (found in its state by id),
-        else the one the run's inputs brought."""
-        self._look_into_states()
-        if self._asked is not None:
-            return self._asked
+        """The last visible human message the run's inputs brought, if any."""
         objects, texts = input_messages(self._inputs)
         humans = [m for m in objects if isinstance(m, HumanMessage)]
         humans += [HumanMessage(text) for text in texts]
         return latest_visible_human([humans])
-
-    def kept(self) -> int:
-        """How many graph states and running graphs are kept: a few, however many graphs."""
-        return len(self._states) + len(self._graphs)
-
-    def release(self) -> None:
-        """Drop what was kept: the run's question is written, or the run is over."""
-        self._inputs = self._asked = None
-        self._states.clear()
-        self._old_ids.clear()
-        self._added.clear()
-        self._tasks.clear()
-        self._nodes.clear()
-        self._graphs.clear()
-
-    def _look_into_states(self) -> None:
-        """Move the states kept, oldest first, into the ids of their old humans."""
-        while self._states:  # each looked into once, whichever thread gets it
-            self._old_ids.update(self._old_humans(*self._states.pop(0)))
-
-    def _old_humans(self, state: Any, inputs: Any, root: bool) -> set[str]:
-        """The ids of the human messages of ``state`` that ``inputs`` did not bring; notes
-        the last one an inner graph's inputs brought by id."""
-        objects, texts = input_messages(inputs)
-        brought = self._added.union(texts)
-        messages = messages_in(state)
-        if root:
-            brought.update(message_text(m) for m in objects if isinstance(m, HumanMessage))
-            ids: set[Any] = set()
-            head: list[BaseMessage] = []
-        else:
-            ids = {m.id for m in objects if m.id is not None}
-            # What add_messages gave an id and no state seen before holds: the question if
-            # this run stops before a model (a subgraph node is given its graph's state).
-            asked = latest_visible_human(
-                [[m for m in messages if m.id in ids and m.id not in self._old_ids]]
-            )
-            if asked is not None:
-                self._asked = asked
-            # It appends messages given as text: they are among the last ones (a graph
-            # resumed from its checkpoint ignores its inputs: its question comes earlier).
-            cut = max(len(messages) - len(objects) - len(texts), 0)
-            head, messages = messages[:cut], messages[cut:]
-        old = {
-            m.id
-            for m in head
-            if isinstance(m, HumanMessage)
-            and m.id not in ids
-            and message_text(m) not in self._added
-        }
-        old.update(
-            m.id
-            for m in messages
-            if isinstance(m, HumanMessage) and m.id not in ids and message_text(m) not in brought
-        )
-        old.discard(None)
-        return old
 
 
 @dataclass(slots=True)

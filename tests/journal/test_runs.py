@@ -572,55 +572,6 @@ async def test_agents_sent_one_question_each_write_the_question_of_the_first_mod
     assert journal.summary().first_human_message == asked
 
 
-async def test_a_question_sent_to_a_subgraph_node_is_written(store):
-    # A Send payload is the input of its task, not the state of the graph it runs in.
-    class Topics(TypedDict, total=False):
-        topics: list[str]
-        answers: Annotated[list[Any], operator.add]
-
-    inner = StateGraph(MessagesState)
-    inner.add_node("agent", model_node(EchoChatModel()))
-    inner.add_edge(START, "agent")
-    builder = StateGraph(Topics)
-    builder.add_node("research", inner.compile())
-    builder.add_conditional_edges(
-        START,
-        lambda state: [
-            Send("research", {"messages": [HumanMessage(f"Tell me about {topic}")]})
-            for topic in state["topics"]
-        ],
-        ["research"],
-    )
-    journal = RunJournal(event_store=store)
-    await builder.compile().ainvoke({"topics": ["owls"]}, {"callbacks": [journal]})
-    assert humans(await run_events(journal, flush=True)) == ["Tell me about owls"]
-
-
-async def test_a_run_starting_many_inner_graphs_keeps_a_few_of_their_states(store):
-    # No lead-agent model call ever checks a question: each step's inner graph state would
-    # otherwise be kept until the run ends.
-    model = EchoChatModel()
-    journal = RunJournal(event_store=store)
-    kept: list[int] = []
-
-    def work(state: MessagesState) -> dict[str, Any]:
-        kept.append(journal._latest.new_humans.kept())  # type: ignore[union-attr]
-        return {"messages": [model.invoke(state["messages"][-1:], {"tags": ["subagent:r"]})]}
-
-    inner = StateGraph(MessagesState)
-    inner.add_node("work", work)
-    inner.add_edge(START, "work")
-    builder = StateGraph(MessagesState)
-    builder.add_node("step", inner.compile())
-    builder.add_edge(START, "step")
-    builder.add_conditional_edges("step", lambda s: END if len(s["messages"]) > 40 else "step")
-    await builder.compile().ainvoke({"messages": [HumanMessage("x")]}, {"callbacks": [journal]})
-    await journal.flush()
-    assert len(kept) == 40
-    assert max(kept) <= 10
-    assert journal._latest.new_humans.kept() == 0  # type: ignore[union-attr]
-
-
 async def test_a_chain_running_a_graph_on_a_question_it_builds_writes_that_question(store):
     graph = messages_graph(EchoChatModel())
     chain = RunnableLambda(lambda topic: graph.invoke({"messages": [f"What is the {topic}?"]}))
