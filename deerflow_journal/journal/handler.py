@@ -32,7 +32,7 @@ from deerflow_journal.journal.loops import (
     running_loop,
 )
 from deerflow_journal.journal.progress import ProgressReporter, ProgressThrottle
-from deerflow_journal.journal.state import TASK_KEY, RunState, ToolStart
+from deerflow_journal.journal.state import RunState, ToolStart
 from deerflow_journal.journal.workspace import Snapshot, WorkspaceTracker
 from deerflow_journal.journal.writer import JournalWriter
 from deerflow_journal.records import check_text, current_user_id
@@ -387,29 +387,21 @@ class RunJournal(GraphCallbackHandler):
         *,
         run_id: UUID,
         parent_run_id: UUID | None = None,
-        metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         if parent_run_id is not None:  # the common case, inlined: most chains are nested
             # One dict lookup and one store, each atomic: nested chains need no lock.
-            parent = getattr(parent_run_id, "int", parent_run_id)
-            state = self._runs.get(parent)
+            state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
                 key = getattr(run_id, "int", run_id)
                 self._runs[key] = state
                 self._chain_inputs[key] = inputs
-                if not state.human_written and metadata:  # until the run's question is found
-                    task = metadata.get(TASK_KEY)
-                    if task is not None and task not in state.new_humans.tasks:
-                        # The first chain of a LangGraph task is a node, its parent its graph.
-                        graph_inputs = self._chain_inputs.get(parent)
-                        state.new_humans.saw_node(key, task, parent, inputs, graph_inputs)
+                if not state.new_humans.state_seen:  # usually the first nested chain only
+                    state.new_humans.saw_state(inputs)
             return
         if self._joined_caller_run(run_id):
-            self._chain_inputs[_key(run_id)] = inputs  # what a graph's inputs bring its nodes
             return
-        snapshot = self._start_root(serialized, inputs, run_id=run_id, metadata=metadata, **kwargs)
-        WorkspaceTracker.wait(snapshot)
+        WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
 
     def _joined_caller_run(self, run_id: UUID) -> bool:
         """A root call given the journal as its own callbacks inside a node of a run in
@@ -430,7 +422,6 @@ class RunJournal(GraphCallbackHandler):
             self._chain_start(serialized, inputs, **kwargs)
             return
         if self._joined_caller_run(kwargs["run_id"]):
-            self._chain_inputs[_key(kwargs["run_id"])] = inputs
             return
         snapshot = self._start_root(serialized, inputs, **kwargs)
         try:
@@ -473,7 +464,7 @@ class RunJournal(GraphCallbackHandler):
             # hand over their counts; what they recorded is written (or goes out) first.
             state = self._next or self._outside or RunState()
             self._next = self._outside = None
-            state.new_humans.add_inputs(inputs, _key(root))
+            state.new_humans.add_inputs(inputs)
             run_id = self._run_id or str(root)
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             unbound = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
@@ -510,8 +501,8 @@ class RunJournal(GraphCallbackHandler):
             key = getattr(run_id, "int", run_id)
             state = self._runs.pop(key, None)  # one atomic pop
             self._chain_inputs.pop(key, None)
-            if state is not None and key in state.new_humans.nodes:
-                state.new_humans.saw_node_end(key, outputs)
+            if state is not None and not state.new_humans.state_seen:
+                state.new_humans.saw_outputs(outputs)
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no
@@ -539,16 +530,12 @@ class RunJournal(GraphCallbackHandler):
             self._end_run(run_id, None, error)
         else:
             key = getattr(run_id, "int", run_id)
-            state = self._runs.pop(key, None)
+            self._runs.pop(key, None)
             self._chain_inputs.pop(key, None)
-            if state is not None and key in state.new_humans.nodes:
-                state.new_humans.saw_node_end(key, None)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
-            key = _key(root)
-            state = self._runs.pop(key, None)
-            self._chain_inputs.pop(key, None)  # kept for a chain that joined a run
+            state = self._runs.pop(_key(root), None)
             if state is None or state.ended or state.root != root:
                 return  # a chain that joined the run of its caller ends nothing
             if state.outcomes.pending and outputs is not None:

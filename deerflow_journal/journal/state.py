@@ -25,7 +25,7 @@ from deerflow_journal.journal.outcomes import ToolCallOutcomes
 from deerflow_journal.journal.usage import TokenUsage
 from deerflow_journal.summary import RunStatus, RunSummary
 
-__all__ = ["TASK_KEY", "NewHumans", "RunState", "ToolStart"]
+__all__ = ["NewHumans", "RunState", "ToolStart"]
 
 
 @dataclass(slots=True)
@@ -40,94 +40,65 @@ class ToolStart:
     late: bool = False
 
 
-#: The metadata key under which LangGraph names the task a chain runs in: ``node:task_id``,
-#: after the task of the node that runs its graph, if any (``outer:id|node:id``).
-TASK_KEY = "langgraph_checkpoint_ns"
-
-
 class NewHumans:
     """Which human messages are new in a run, so its ``llm.human.input`` never repeats one
-    that a resumed run finds in a checkpointed state.
+    that a resumed run finds in its checkpointed state.
 
-    Old are the human messages of the state that each graph's first node given messages
-    (unless it reads none) starts from, except those the graph's inputs brought or a node
-    ending before it added. A graph node is the first chain of a LangGraph task; its parent
-    is its graph. The run's root graph matches its inputs by text (LangGraph builds messages
-    given as text itself); a graph run inside a node (an agent on a question the node builds,
-    maybe resumed from its own checkpoint, then ignoring its inputs) by id, for the message
-    objects LangGraph gave an id, since a node builds the same question again when resumed.
-    Anything else is new: a message a node added, one built for the prompt, every message of
-    a run with no graph. States are kept as given and looked into only when a question is
-    checked: most runs check one.
+    Old are the human messages of the state the run's first nested chain given messages (a
+    graph's first node, unless it reads no messages) starts from, except those its inputs
+    brought or a nested chain ending before it added (matched by text: LangGraph builds
+    messages given as text itself). Anything else is new: a message a node added, one built
+    for the prompt, every message of a run with no nested chain. The state is kept as given
+    and looked into only when a question is checked: most runs check one.
     """
 
-    __slots__ = ("_added", "_inputs", "_old_ids", "_root", "_states", "graphs", "nodes", "tasks")
+    __slots__ = ("_added", "_inputs", "_old_ids", "_state", "state_seen")
 
     def __init__(self) -> None:
         self._inputs: Any = None
-        self._root: Hashable = None
-        # The states seen but not looked into yet: (state, graph inputs, the root graph's?).
-        self._states: list[tuple[Any, Any, bool]] = []
-        self._old_ids: set[str] = set()
-        self._added: set[str] = set()  # texts of humans added before their graph's state
-        #: The tasks of the nodes running (the chains nested in a node share its task).
-        self.tasks: set[str] = set()
-        #: The nodes running, by run key: their task and graph.
-        self.nodes: dict[Hashable, tuple[str, Hashable]] = {}
-        #: The graphs whose state was seen, by run key.
-        self.graphs: set[Hashable] = set()
+        self._state: Any = None
+        self._old_ids: set[str] | None = None
+        self._added: set[str] = set()  # texts of humans added before the state was seen
+        #: True once a nested chain started from the run's state (read at every chain).
+        self.state_seen = False
 
-    def add_inputs(self, inputs: Any, root: Hashable) -> None:
-        """Note a root invocation's inputs and run key."""
-        self._inputs, self._root = inputs, root
+    def add_inputs(self, inputs: Any) -> None:
+        """Note a root invocation's inputs."""
+        self._inputs = inputs
 
-    def saw_node(
-        self, key: Hashable, task: str, graph: Hashable, inputs: Any, graph_inputs: Any
-    ) -> None:
-        """Note a graph node starting: if it is the first of its graph given messages (a node
-        may declare an input without them), its inputs are a state the run started from."""
-        self.tasks.add(task)
-        self.nodes[key] = (task, graph)
-        if graph not in self.graphs:
-            inputs = node_state(inputs)
-            if holds_messages(inputs):
-                self.graphs.add(graph)
-                root = graph == self._root
-                self._states.append((inputs, self._inputs if root else graph_inputs, root))
+    def saw_state(self, inputs: Any) -> None:
+        """Note the inputs of a nested chain started before the run's state was seen: the
+        state, if they hold messages (a node may declare an input without them)."""
+        inputs = node_state(inputs)
+        if holds_messages(inputs):
+            self._state = inputs
+            self.state_seen = True
 
-    def saw_node_end(self, key: Hashable, outputs: Any) -> None:
-        """Note a node ending (``outputs`` ``None``: failing): the human messages it adds
-        before its graph's state was seen are new."""
-        task, graph = self.nodes.pop(key, ("", None))
-        self.tasks.discard(task)
-        if graph not in self.graphs:
-            for message in messages_in(outputs):
-                if isinstance(message, HumanMessage):
-                    self._added.add(message_text(message))
+    def saw_outputs(self, outputs: Any) -> None:
+        """Note the outputs of a nested chain that ended before the run's state was seen: the
+        human messages they add are new."""
+        for message in messages_in(outputs):
+            if isinstance(message, HumanMessage):
+                self._added.add(message_text(message))
 
     def is_new(self, message: BaseMessage) -> bool:
-        """True if ``message`` was not in a state the run started from."""
-        if message.id is None:
+        """True if ``message`` was not in the state the run resumed from."""
+        if not self.state_seen or message.id is None:
             return True
-        while self._states:  # each looked into once
-            self._old_ids.update(self._old_humans(*self._states.pop()))
+        if self._old_ids is None:
+            objects, texts = input_messages(self._inputs)
+            brought = {message_text(m) for m in objects if isinstance(m, HumanMessage)}
+            brought.update(texts)
+            brought.update(self._added)
+            self._old_ids = {
+                m.id
+                for m in messages_in(self._state)
+                if isinstance(m, HumanMessage)
+                and m.id is not None
+                and message_text(m) not in brought
+            }
+            self._state = None  # seen, and no longer needed
         return message.id not in self._old_ids
-
-    def _old_humans(self, state: Any, inputs: Any, by_text: bool) -> set[str]:
-        """The ids of the human messages of ``state`` that ``inputs`` did not bring."""
-        objects, texts = input_messages(inputs)
-        brought = self._added.union(texts)
-        if by_text:
-            brought.update(message_text(m) for m in objects if isinstance(m, HumanMessage))
-        ids = set() if by_text else {m.id for m in objects}
-        return {
-            m.id
-            for m in messages_in(state)
-            if isinstance(m, HumanMessage)
-            and m.id is not None
-            and m.id not in ids
-            and message_text(m) not in brought
-        }
 
     def last_input(self) -> HumanMessage | None:
         """The last visible human message the run's inputs brought, if any."""

@@ -16,7 +16,7 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage
 from langchain_core.messages.tool import tool_call_chunk
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, tool
 from langgraph.graph import START, MessagesState, StateGraph
@@ -202,26 +202,6 @@ def step_then_answer(
     graph.add_edge(START, step.__name__)
     graph.add_edge(step.__name__, "agent")
     return graph.compile(checkpointer=checkpointer)
-
-
-class ToolCallingModel(ScriptedChatModel):
-    """A scripted model ``create_react_agent`` can bind tools to (the script has the calls)."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
-
-
-class EchoChatModel(GenericFakeChatModel):
-    """Answers ``About <the prompt's last message>``; binds tools by ignoring them."""
-
-    messages: Iterator[Any] = iter(())
-
-    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
-        answer = ai(f"About {messages[-1].content}")
-        return ChatResult(generations=[ChatGeneration(message=answer)])
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
 
 
 class FailingChatModel(GenericFakeChatModel):

@@ -16,7 +16,7 @@ from langgraph.types import Command, interrupt
 from deerflow_journal import RunJournal
 from tests.journal.agents import (
     QUESTION,
-    ToolCallingModel,
+    ScriptedChatModel,
     add,
     ai,
     ask_human,
@@ -69,6 +69,13 @@ async def test_a_question_whose_run_was_cancelled_before_any_model_call_is_writt
     await graph.ainvoke(None, config)
     await journal.flush()
     assert humans(await store.list_messages("cancelled-early", limit=100)) == ["What is 1 + 2?"]
+
+
+class ToolCallingModel(ScriptedChatModel):
+    """A scripted model ``create_react_agent`` can bind tools to (the script has the calls)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
 
 
 @pytest.mark.filterwarnings("ignore:create_react_agent has been moved")

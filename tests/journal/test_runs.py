@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import operator
 import subprocess
 import sys
 import textwrap
@@ -28,8 +27,8 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
-from langgraph.prebuilt import ToolNode, create_react_agent
-from langgraph.types import Command, Send, interrupt
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
 from deerflow_journal import (
@@ -45,14 +44,11 @@ from deerflow_journal import (
 from tests.backends import Backend
 from tests.journal.agents import (
     QUESTION,
-    EchoChatModel,
     FailingChatModel,
     ScriptedChatModel,
-    ToolCallingModel,
     add,
     agent_graph,
     ai,
-    ask_human,
     explode,
     humans,
     model_node,
@@ -474,126 +470,6 @@ async def test_a_node_building_the_human_message_from_other_input_writes_it(stor
     )
     await journal.flush()
     assert humans(await run_events(journal)) == ["Tell me about owls"]
-
-
-class Topic(TypedDict, total=False):
-    topic: str
-    answer: str
-
-
-def messages_graph(model: Any) -> Any:
-    """A compiled ``MessagesState`` graph whose one node calls ``model``."""
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", model_node(model))
-    builder.add_edge(START, "agent")
-    return builder.compile()
-
-
-@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
-@pytest.mark.parametrize("given_the_journal", [False, True])
-@pytest.mark.parametrize("inner", ["prebuilt agent", "messages graph"])
-async def test_a_node_running_an_agent_on_a_question_it_builds_writes_that_question(
-    store, inner, given_the_journal
-):
-    # The graph's state holds no messages: the question exists only in the agent's input.
-    model = EchoChatModel()
-    agent = create_react_agent(model, []) if inner == "prebuilt agent" else messages_graph(model)
-    journal = RunJournal(event_store=store)
-
-    async def ask(state: Topic) -> dict[str, Any]:
-        question = HumanMessage(f"What is the {state['topic']}?")
-        config: Any = {"callbacks": [journal]} if given_the_journal else None
-        out = await agent.ainvoke({"messages": [question]}, config)
-        return {"answer": out["messages"][-1].content}
-
-    builder = StateGraph(Topic)
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "ask")
-    await builder.compile().ainvoke({"topic": "capital of France"}, {"callbacks": [journal]})
-    assert humans(await run_events(journal, flush=True)) == ["What is the capital of France?"]
-    _, summary = await stored(journal)
-    assert summary.first_human_message == "What is the capital of France?"
-
-
-@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
-async def test_an_agent_a_node_runs_resumed_from_its_checkpoint_writes_no_human_input(store):
-    # Resumed, the node builds its question again, but the agent resumes from its own
-    # checkpoint: the question it holds is the first run's.
-    model = ToolCallingModel(
-        messages=iter([ai("", calls=[("ask_human", {"question": "sure?"}, "h1")]), ai("Paris")])
-    )
-    agent = create_react_agent(model, [ask_human])
-
-    async def ask(state: Topic) -> dict[str, Any]:
-        question = HumanMessage(f"What is the {state['topic']}?")
-        out = await agent.ainvoke({"messages": [question]})
-        return {"answer": out["messages"][-1].content}
-
-    builder = StateGraph(Topic)
-    builder.add_node("ask", ask)
-    builder.add_edge(START, "ask")
-    graph = builder.compile(checkpointer=InMemorySaver())
-    journal = RunJournal(event_store=store)
-    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "inner"}}
-    await graph.ainvoke({"topic": "capital of France"}, config)
-    first_run = journal.run_id
-    await graph.ainvoke(Command(resume="yes"), config)
-    await journal.flush()
-    messages = await store.list_messages("inner", limit=100)
-    assert humans(messages) == ["What is the capital of France?"]
-    assert [m["run_id"] for m in messages if m["event_type"] == "llm.human.input"] == [first_run]
-
-
-@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
-async def test_agents_sent_one_question_each_write_the_question_of_the_first_model_call(store):
-    # One run, one human input: the question of its first lead-agent model call, whichever
-    # agent made it (never one that a later call saw first).
-    class Topics(TypedDict):
-        topics: list[str]
-        answers: Annotated[list[str], operator.add]
-
-    agent = create_react_agent(EchoChatModel(), [add])
-
-    async def research(state: dict[str, str]) -> dict[str, Any]:
-        out = await agent.ainvoke({"messages": [HumanMessage(state["topic"])]})
-        return {"answers": [out["messages"][-1].content]}
-
-    builder = StateGraph(Topics)
-    builder.add_node("research", research)
-    builder.add_conditional_edges(
-        START, lambda s: [Send("research", {"topic": t}) for t in s["topics"]], ["research"]
-    )
-    journal = RunJournal(event_store=store)
-    await builder.compile().ainvoke({"topics": ["aaaa", "bb", "c"]}, {"callbacks": [journal]})
-    events = await run_events(journal, flush=True)
-    (first,) = [e for e in events if e["metadata"].get("llm_call_index") == 1]
-    asked = first["content"]["content"].removeprefix("About ")
-    assert humans(events) == [asked]
-    assert journal.summary().first_human_message == asked
-
-
-async def test_a_chain_running_a_graph_on_a_question_it_builds_writes_that_question(store):
-    graph = messages_graph(EchoChatModel())
-    chain = RunnableLambda(lambda topic: graph.invoke({"messages": [f"What is the {topic}?"]}))
-    journal = RunJournal(event_store=store)
-    await chain.ainvoke("capital of France", {"callbacks": [journal]})
-    assert humans(await run_events(journal, flush=True)) == ["What is the capital of France?"]
-
-
-async def test_a_chain_resuming_a_graph_after_interrupt_before_writes_no_human_input(store):
-    # The chain is the root, not the graph: the graph's nodes still start from its state.
-    graph = agent_graph(
-        scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3")),
-        checkpointer=InMemorySaver(),
-    )
-    graph.interrupt_before_nodes = ["tools"]
-    chain = RunnableLambda(graph.invoke, afunc=graph.ainvoke)
-    journal = RunJournal(event_store=store, thread_id="chain")
-    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "chain"}}
-    await chain.ainvoke(QUESTION, config)
-    await chain.ainvoke(None, config)
-    await journal.flush()
-    assert humans(await store.list_messages("chain", limit=100)) == ["What is 1 + 2?"]
 
 
 @pytest.mark.parametrize("as_text", [False, True])
