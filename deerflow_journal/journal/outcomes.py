@@ -52,9 +52,13 @@ class ToolCallOutcomes:
         sees it."""
         if not tool_call_id:  # no call to match (None, or a tool message without one)
             return True
-        if self.held:  # resolve(), inlined: one call per tool result
-            self.held.pop(tool_call_id, None)
-        self.pending.pop(tool_call_id, None)
+        # resolve(), inlined (one call per tool result), for this caller's call alone: a
+        # subagent's model may number its calls as the lead agent's does.
+        held = self.held
+        if held and tool_call_id in held and held[tool_call_id][0] == caller:
+            del held[tool_call_id]
+        if caller == LEAD_AGENT:  # only the lead agent's calls wait for an outcome
+            self.pending.pop(tool_call_id, None)
         answers, key = self.answers, (caller, tool_call_id)
         if key in answers and answers[key] == content:
             return False

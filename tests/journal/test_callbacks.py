@@ -32,6 +32,7 @@ from tests.journal.agents import (
     add,
     agent_graph,
     ai,
+    ask_human,
     explode,
     model_node,
     run_events,
@@ -633,6 +634,38 @@ async def test_a_task_tool_and_its_subagent_sharing_a_call_id_keep_both_outcomes
     assert outcomes == [
         (sub_outcome, "subagent:math", "call_0"),
         ("llm.tool.result", "lead_agent", "call_0"),
+    ]
+
+
+async def test_a_subagent_answering_its_call_0_leaves_the_lead_agent_s_call_0_waiting():
+    """The subagent answers its own call_0 and then pauses: the lead agent's call_0 (the task
+    tool running it) is still waiting, so it ends unresolved when the run pauses."""
+    sub_model = scripted(
+        ai("", calls=[("add", {"a": 1, "b": 2}, "call_0")]),
+        ai("", calls=[("ask_human", {"question": "ok?"}, "s_ask")]),
+        ai("sub done"),
+    )
+    sub = agent_graph(sub_model, [add, ask_human])
+
+    @tool
+    async def task(description: str) -> str:
+        """Run a subagent."""
+        tagged = {"tags": ["subagent:general"]}
+        out = await sub.ainvoke({"messages": [HumanMessage(description)]}, tagged)
+        return out["messages"][-1].content
+
+    lead = scripted(ai("", calls=[("task", {"description": "research"}, "call_0")]), ai("done"))
+    graph = agent_graph(lead, [task], checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await graph.ainvoke(QUESTION, {"callbacks": [journal], "configurable": {"thread_id": "t"}})
+    outcomes = [
+        (e["event_type"], e["metadata"].get("caller"), e["metadata"]["tool_call_id"])
+        for e in await run_events(journal, flush=True)
+        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
+    ]
+    assert outcomes == [
+        ("llm.tool.result", "subagent:general", "call_0"),
+        ("tool.unresolved", None, "call_0"),
     ]
 
 
