@@ -790,7 +790,9 @@ def _checked(text: str, name: str) -> str:
         return check_text(text, name)
     except (TypeError, ValueError) as exc:
         said = str(exc)  # it quotes the id, which may be very long
-        raise argparse.ArgumentTypeError(said if len(said) <= 200 else said[:199] + "…") from None
+        if len(said) > 200:
+            said = f"{name} is {len(text)} characters; {said[:120]}…"
+        raise argparse.ArgumentTypeError(said) from None
 
 
 # -- the command line -----------------------------------------------------------------------

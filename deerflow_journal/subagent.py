@@ -8,6 +8,7 @@ never raises, so a journal can call it from inside a callback.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, MutableSequence, MutableSet, Sequence
 from typing import Any
@@ -146,13 +147,20 @@ def _valid_task_id(chunk: Mapping[str, Any]) -> str | None:
     if not isinstance(task_id, str) or not task_id:
         return None
     if len(task_id) > ID_MAX_LENGTH:  # stores index it, and refuse a longer one
-        logger.warning(
-            "dropping a subagent chunk whose task_id is %d characters (at most %d are stored)",
-            len(task_id),
-            ID_MAX_LENGTH,
-        )
+        _warn_task_id_too_long(task_id)
         return None
     return task_id
+
+
+@functools.lru_cache(maxsize=64)  # once per task, not once per chunk of it
+def _warn_task_id_too_long(task_id: str) -> None:
+    logger.warning(
+        "dropping the chunks of a subagent task whose id is %d characters (at most %d are "
+        "stored): %.40s…",
+        len(task_id),
+        ID_MAX_LENGTH,
+        task_id,
+    )
 
 
 def _start_event(chunk: Mapping[str, Any], task_id: str) -> dict[str, Any]:
