@@ -69,6 +69,19 @@ def of_type(events: list[RunEvent], event_type: str) -> list[RunEvent]:
     return [e for e in events if e["event_type"] == event_type]
 
 
+def outcomes_of(events: list[RunEvent], *, callers: bool = False) -> list[tuple[Any, ...]]:
+    """Each tool-call outcome as (event type, [caller,] tool call id), in order."""
+    return [
+        (
+            e["event_type"],
+            *([e["metadata"].get("caller")] if callers else []),
+            e["metadata"]["tool_call_id"],
+        )
+        for e in events
+        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
+    ]
+
+
 async def journaled(graph: Any, journal: RunJournal, *messages: Any, **config: Any) -> Any:
     inputs = {"messages": list(messages) or [HumanMessage("What is 1 + 2?")]}
     return await graph.ainvoke(inputs, {"callbacks": [journal], **config})
@@ -557,11 +570,7 @@ async def test_a_call_whose_tool_ends_after_its_outcome_keeps_that_one_outcome(c
     release.set()
     await asyncio.wait_for(ended.ended.wait(), 10)
     events = await run_events(journal, flush=True)
-    outcomes = [
-        (e["event_type"], e["metadata"]["tool_call_id"])
-        for e in events
-        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
-    ]
+    outcomes = outcomes_of(events)
     slow = [outcome for outcome in outcomes if outcome[1] == "c_slow"]
     expected = "llm.tool.result" if caught else "tool.unresolved"
     assert slow == [(expected, "c_slow")]
@@ -594,11 +603,7 @@ async def test_a_subagent_reusing_a_failed_call_id_keeps_its_new_result():
     builder.add_edge(START, "delegate")
     journal = RunJournal(event_store=MemoryRunEventStore())
     await builder.compile().ainvoke({"messages": [HumanMessage("1+2?")]}, {"callbacks": [journal]})
-    outcomes = [
-        (e["event_type"], e["metadata"]["tool_call_id"])
-        for e in await run_events(journal, flush=True)
-        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
-    ]
+    outcomes = outcomes_of(await run_events(journal, flush=True))
     assert outcomes == [("tool.error", "call_0"), ("llm.tool.result", "call_0")]
 
 
@@ -625,11 +630,7 @@ async def test_a_task_tool_and_its_subagent_sharing_a_call_id_keep_both_outcomes
     )
     journal = RunJournal(event_store=MemoryRunEventStore())
     await lead.ainvoke({"messages": [HumanMessage("1+2?")]}, {"callbacks": [journal]})
-    outcomes = [
-        (e["event_type"], e["metadata"]["caller"], e["metadata"]["tool_call_id"])
-        for e in await run_events(journal, flush=True)
-        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
-    ]
+    outcomes = outcomes_of(await run_events(journal, flush=True), callers=True)
     sub_outcome = "tool.error" if sub_fails else "llm.tool.result"
     assert outcomes == [
         (sub_outcome, "subagent:math", "call_0"),
@@ -658,11 +659,7 @@ async def test_a_subagent_answering_its_call_0_leaves_the_lead_agent_s_call_0_wa
     graph = agent_graph(lead, [task], checkpointer=InMemorySaver())
     journal = RunJournal(event_store=MemoryRunEventStore())
     await graph.ainvoke(QUESTION, {"callbacks": [journal], "configurable": {"thread_id": "t"}})
-    outcomes = [
-        (e["event_type"], e["metadata"].get("caller"), e["metadata"]["tool_call_id"])
-        for e in await run_events(journal, flush=True)
-        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
-    ]
+    outcomes = outcomes_of(await run_events(journal, flush=True), callers=True)
     assert outcomes == [
         ("llm.tool.result", "subagent:general", "call_0"),
         ("tool.unresolved", None, "call_0"),
@@ -708,11 +705,7 @@ async def test_parallel_subagents_sharing_a_call_id_keep_each_outcome():
     graph.add_edge(START, "b")
     journal = RunJournal(event_store=MemoryRunEventStore())
     await graph.compile().ainvoke({"messages": [HumanMessage("go")]}, {"callbacks": [journal]})
-    outcomes = [
-        (e["event_type"], e["metadata"]["tool_call_id"])
-        for e in await run_events(journal, flush=True)
-        if e["event_type"] in ("llm.tool.result", "tool.error", "tool.unresolved")
-    ]
+    outcomes = outcomes_of(await run_events(journal, flush=True))
     assert sorted(outcomes) == [("llm.tool.result", "call_0"), ("tool.error", "call_0")]
 
 
