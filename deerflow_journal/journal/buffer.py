@@ -858,9 +858,9 @@ class EventBuffer:
         not blocked by this thread. A write already running on this thread's own loop cannot
         be waited for here: it finishes in the background, and what it leaves goes out right
         after it (with the next write, if it fails); ``closing`` (the caller is about to say
-        everything is written) says so in a WARNING. Gives up after ``timeout``
-        seconds (a hung store, a stopped loop): logs at ERROR what is not written, leaves it to
-        go out once the store answers, returns False.
+        everything is written) says so in a WARNING. Gives up after ``timeout`` seconds (a
+        hung store, a stopped loop): logs at ERROR what is not written, leaves it to go out
+        once the store answers, returns False.
         """
         current = running_loop()
         deadline = time.monotonic() + timeout
