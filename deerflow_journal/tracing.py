@@ -20,6 +20,7 @@ deerflow-journal is journaled too.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,8 @@ __all__ = ["TRACING_ENV", "active_journal", "disable", "enable", "journaling"]
 #: The environment variable that journals every root run of a process (as LangChain reads
 #: its own: set and not ``""``, ``"0"``, ``"false"`` or ``"False"``).
 TRACING_ENV = "DEERFLOW_JOURNAL_TRACING"
+
+logger = logging.getLogger(__name__)
 
 _scoped: ContextVar[RunJournal | None] = ContextVar("deerflow_journal_scoped", default=None)
 _lock = threading.Lock()
@@ -55,12 +58,16 @@ def active_journal() -> RunJournal | None:
 
 
 def _from_environment() -> RunJournal | None:
-    global _process
+    global _process, _disabled
     if _disabled or not env_var_is_set(TRACING_ENV):
         return None
     with _lock:
         if _process is None and not _disabled:
-            _process = RunJournal()
+            try:
+                _process = RunJournal()
+            except Exception as exc:  # a bad $DEERFLOW_JOURNAL_URL, say: the agent runs on
+                _disabled = True  # said once, not at every call
+                logger.error("%s is set but runs are not journaled: %s", TRACING_ENV, exc)
         return _process
 
 

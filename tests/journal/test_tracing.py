@@ -111,6 +111,27 @@ def test_the_variable_alone_journals_an_unmodified_agent(tmp_path, mode):
 
 
 @pytest.mark.slow
+def test_a_store_the_variable_cannot_open_leaves_the_agent_running(tmp_path):
+    """A mistyped store URL is said once at ERROR; the agent itself runs as without the
+    variable (it raised at its first call)."""
+    script = tmp_path / "agent.py"
+    script.write_text(UNMODIFIED_AGENT + "\nagent().invoke(question, config)\nprint('ran')\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("DEERFLOW_JOURNAL")}
+    done = subprocess.run(
+        [sys.executable, str(script), "sync", "t1"],
+        cwd=tmp_path,
+        env={**environ, "DEERFLOW_JOURNAL_TRACING": "true", "DEERFLOW_JOURNAL_URL": "bogus://x"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ran"
+    assert done.stderr.count("runs are not journaled") == 1, done.stderr
+    assert "bogus://x" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
 def test_without_the_variable_nothing_is_journaled(tmp_path):
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     run_script(
