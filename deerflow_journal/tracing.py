@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 _scoped: ContextVar[RunJournal | None] = ContextVar("deerflow_journal_scoped", default=None)
 _lock = threading.Lock()
 _process: RunJournal | None = None  # enable()'s, or the one the variable started
-_disabled = False  # disable() was called after the variable started a journal, or before
+_disabled = False  # disable() was called, or the variable's journal could not open its store
 
 
 def active_journal() -> RunJournal | None:
