@@ -147,19 +147,19 @@ def _valid_task_id(chunk: Mapping[str, Any]) -> str | None:
     if not isinstance(task_id, str) or not task_id:
         return None
     if len(task_id) > ID_MAX_LENGTH:  # stores index it, and refuse a longer one
-        _warn_task_id_too_long(task_id)
+        _warn_task_id_too_long(task_id[:40], len(task_id))
         return None
     return task_id
 
 
-@functools.lru_cache(maxsize=64)  # once per task, not once per chunk of it
-def _warn_task_id_too_long(task_id: str) -> None:
+@functools.lru_cache(maxsize=64)  # once per task, not once per chunk of it; keyed small
+def _warn_task_id_too_long(start: str, length: int) -> None:
     logger.warning(
         "dropping the chunks of a subagent task whose id is %d characters (at most %d are "
-        "stored): %.40s…",
-        len(task_id),
+        "stored): %s…",
+        length,
         ID_MAX_LENGTH,
-        task_id,
+        start,
     )
 
 

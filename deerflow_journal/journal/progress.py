@@ -10,15 +10,16 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["ProgressReporter", "ProgressThrottle"]
 
 logger = logging.getLogger(__name__)
 
-#: Receives each snapshot: an async callable, or a plain one (called on the event loop).
-ProgressReporter = Callable[[dict[str, Any]], Awaitable[Any] | Any]
+#: Receives each snapshot: an async callable, or a plain one (called on the event loop);
+#: what it returns is awaited if it is awaitable.
+ProgressReporter = Callable[[dict[str, Any]], Any]
 
 #: Seconds the program's exit waits for the snapshots it cancels to finish.
 _EXIT_WAIT = 2.0

@@ -151,9 +151,10 @@ class RunState:
     workspace_before: Any = None
 
     def outcome_written(self, tool_call_id: str) -> None:
-        """Mark the lead agent's tools still running for ``tool_call_id`` late: its outcome
-        is written, so theirs would be a second one (``asyncio.gather`` leaves a tool running
-        when another fails)."""
+        """Mark the tools still running for the lead agent's ``tool_call_id`` late: its
+        outcome is written, so theirs would be a second one (``asyncio.gather`` leaves a tool
+        running when another fails). A subagent's tool under the same id is marked too, and
+        told apart by its caller when it ends."""
         for start in self.tool_starts.values():
             if start.tool_call_id == tool_call_id:
                 start.late = True
