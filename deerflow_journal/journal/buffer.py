@@ -225,9 +225,12 @@ async def _at_loop_shutdown(buffers: weakref.WeakSet[EventBuffer]) -> AsyncGener
 class _FailedWrites:
     """Says that the store fails writes once, then at most every ``repeat_seconds`` while it
     goes on failing, and says when a write works again: a store down for an hour logs a line
-    a minute, not one per write."""
+    a minute, not one per write. Also times the retries: ``first_retry_seconds`` after the
+    first failure, twice as long after each next one, at most ``max_retry_seconds``."""
 
     repeat_seconds = 60.0
+    first_retry_seconds = 1.0
+    max_retry_seconds = 30.0
 
     def __init__(self) -> None:
         self.count = 0  # failed writes in a row
@@ -248,6 +251,11 @@ class _FailedWrites:
                 error,
             )
         self._said_at = now
+
+    def retry_delay(self) -> float:
+        """Seconds to wait before retrying, after ``count`` failed writes in a row."""
+        doublings = min(max(self.count - 1, 0), 32)  # 2**32 s is past any cap
+        return min(self.first_retry_seconds * 2**doublings, self.max_retry_seconds)
 
     def succeeded(self) -> None:
         if self.count > 1:
@@ -307,6 +315,8 @@ class EventBuffer:
         self._guarded: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._in_background = False  # the latest write went to the background loop
         self._failures = _FailedWrites()
+        #: A timed retry is waiting on some loop (one at a time).
+        self._retry_timed = False
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
         self._close_when_empty = False
@@ -818,8 +828,39 @@ class EventBuffer:
                     _STRANDED.discard(self)
         if error is not None:
             self._failures.failed(error, unwritten)
+            self._time_retry(write.loop)
         elif not future.cancelled():
             self._failures.succeeded()
+
+    def _time_retry(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Retry on ``loop`` after a while, so that what a failed write left reaches the store
+        once it is back, although nothing else writes (the last run ended, a server idles)."""
+        with self._lock:
+            if self._retry_timed:
+                return
+            self._retry_timed = True
+            delay = self._failures.retry_delay()
+        owner = weakref.ref(self)  # a stranded buffer is held by _STRANDED meanwhile
+
+        def retry() -> None:
+            buffer = owner()
+            if buffer is not None:
+                buffer._retry(loop)
+
+        try:
+            if running_loop() is loop:
+                loop.call_later(delay, retry)
+            else:
+                loop.call_soon_threadsafe(loop.call_later, delay, retry)
+        except RuntimeError:  # its loop is closed: the next write or flush retries
+            with self._lock:
+                self._retry_timed = False
+
+    def _retry(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._retry_timed = False
+            if self._failures.count:  # a write has worked meanwhile: nothing to retry
+                self._start_locked(loop)
 
     # -- waiting -----------------------------------------------------------------------------
 

@@ -437,6 +437,27 @@ def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
     assert len(asyncio.run(run_events(journal))) == 4
 
 
+def test_a_failed_write_under_invoke_reaches_the_store_once_it_is_back(monkeypatch):
+    from deerflow_journal.journal import buffer
+
+    monkeypatch.setattr(buffer._FailedWrites, "first_retry_seconds", 0.01)
+    store = FlakyStore(every=1)
+    journal = RunJournal(event_store=store)
+    journal.raise_error = False
+    agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
+    store.every = 0
+    # Nothing flushes or closes the journal: its own loop retries the write that failed.
+    deadline = time.monotonic() + 60  # how long a loaded machine may take, not a speed bound
+    while len(events := asyncio.run(run_events(journal))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [e["event_type"] for e in events] == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "run.end",
+    ]
+
+
 def test_a_journal_bug_never_breaks_the_graph_by_default():
     class BrokenJournal(RunJournal):
         def on_llm_end(self, *args: Any, **kwargs: Any) -> None:

@@ -4,10 +4,12 @@ and a batch retried after its answer was lost is written once (on every backend)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
 import string
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -215,6 +217,59 @@ async def test_a_row_postgresql_refuses_is_dropped_alone(tmp_path: Path, request
         assert "index row size" in caplog.text
     finally:
         await backend.cleanup()
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Timed retries a hundred times sooner than by default, so that a test sees several."""
+    from deerflow_journal.journal import buffer
+
+    monkeypatch.setattr(buffer._FailedWrites, "first_retry_seconds", 0.01)
+
+
+async def written_in_the_end(journal: RunJournal, count: int) -> list[str]:
+    """The latest run's stored event types, once ``count`` are stored and so is its summary.
+    Waits for as long as a store that is back takes on a loaded machine, not a speed bound."""
+    assert journal.thread_id is not None and journal.run_id is not None
+    deadline = time.monotonic() + 60
+    while True:
+        events = await run_events(journal)
+        summary = await journal.event_store.get_run_summary(journal.thread_id, journal.run_id)
+        if (len(events) >= count and summary is not None) or time.monotonic() > deadline:
+            return [e["event_type"] for e in events]
+        await asyncio.sleep(0.01)
+
+
+async def test_what_failed_writes_left_is_retried_although_nothing_else_writes(
+    store, quick_retries, caplog
+):
+    failures = [ConnectionError(f"server down ({i})") for i in range(4)]
+    wrap_writes(store, failing_first(failures))
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    await fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]})
+    # No flush and no other run: the run's own write failed, and the timed retries take it
+    # to the store once it is back (a server that idles after its last request).
+    assert await written_in_the_end(journal, len(ONE_TOOL_CALL_SEQUENCE)) == (
+        ONE_TOOL_CALL_SEQUENCE
+    )
+    assert not failures
+    await journal.flush()  # the write that stored them has ended, and said so
+    sequence, summary = await stored(journal)  # written once
+    assert sequence == ONE_TOOL_CALL_SEQUENCE and summary.status == "success"
+    assert journal_warnings(caplog)[-1] == "journal writes work again after 4 failed in a row"
+
+
+def test_retries_wait_twice_as_long_after_each_failure_up_to_half_a_minute():
+    from deerflow_journal.journal.buffer import _FailedWrites
+
+    failures, delays = _FailedWrites(), []
+    for _ in range(8):
+        failures.failed(ConnectionError("down"), 0)
+        delays.append(failures.retry_delay())
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    failures.succeeded()
+    failures.failed(ConnectionError("down again"), 0)
+    assert failures.retry_delay() == 1.0
 
 
 def journal_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
