@@ -74,6 +74,7 @@ __all__ = [
     "interrupt_from_error",
     "latest_visible_human",
     "llm_error_event",
+    "loose_human_texts",
     "memory_context_event",
     "message_text",
     "messages_in",
@@ -513,6 +514,32 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
         if isinstance(message, HumanMessage):
             texts.append(message_text(message))
     return objects, texts
+
+
+def loose_human_texts(value: Any) -> list[str]:
+    """The texts of the human messages given as dicts or tuples in the message lists
+    ``value`` holds at its top level, where ``messages_in`` finds message objects (a model
+    called with such a list converts them)."""
+    if type(value) is not dict:
+        state = _state_fields(value)
+        if state is not None:
+            value = state
+        elif not isinstance(value, Mapping):
+            value = {None: value}
+    texts: list[str] = []
+    for items in value.values():
+        if not (isinstance(items, list | tuple) and _holds(items)):
+            continue
+        for item in items:
+            if not isinstance(item, dict | tuple):
+                continue
+            try:
+                (message,) = convert_to_messages([item])
+            except Exception:  # not message-like
+                continue
+            if isinstance(message, HumanMessage):
+                texts.append(message_text(message))
+    return texts
 
 
 def completion_usage(llm_output: Mapping[str, Any] | None) -> dict[str, int] | None:

@@ -11,12 +11,14 @@ from uuid import UUID
 
 from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.callbacks import GraphInterruptEvent
+from langgraph.types import Command
 
 from deerflow_journal.cost import estimate_cost
 from deerflow_journal.journal.mapping import (
     holds_messages,
     input_messages,
     latest_visible_human,
+    loose_human_texts,
     message_text,
     messages_in,
     node_state,
@@ -48,16 +50,20 @@ class NewHumans:
     graph's first node, unless it reads no messages) starts from, except those its inputs
     brought or a nested chain ending before it added (matched by text: LangGraph builds
     messages given as text itself). Anything else is new: a message a node added, one built
-    for the prompt, every message of a run with no nested chain. The state is kept as given
-    and looked into only when a question is checked: most runs check one.
+    for the prompt, every message of a run with no nested chain. Messages are told apart by
+    id; one without an id (a state without LangGraph's ``add_messages``, the functional API)
+    by its text, but only in a run resumed from a checkpoint (its inputs are ``None`` or a
+    ``Command``): a fresh run's first node may build the question it sends. The state is
+    kept as given and looked into only when a question is checked: most runs check one.
     """
 
-    __slots__ = ("_added", "_inputs", "_old_ids", "_state", "state_seen")
+    __slots__ = ("_added", "_inputs", "_old_ids", "_old_texts", "_state", "state_seen")
 
     def __init__(self) -> None:
         self._inputs: Any = None
         self._state: Any = None
         self._old_ids: set[str] | None = None
+        self._old_texts: set[str] = set()  # of old humans, checked for those without an id
         self._added: set[str] = set()  # texts of humans added before the state was seen
         #: True once a nested chain started from the run's state (read at every chain).
         self.state_seen = False
@@ -83,21 +89,27 @@ class NewHumans:
 
     def is_new(self, message: BaseMessage) -> bool:
         """True if ``message`` was not in the state the run resumed from."""
-        if not self.state_seen or message.id is None:
+        if not self.state_seen:
             return True
         if self._old_ids is None:
-            objects, texts = input_messages(self._inputs)
+            inputs = self._inputs
+            objects, texts = input_messages(inputs)
             brought = {message_text(m) for m in objects if isinstance(m, HumanMessage)}
             brought.update(texts)
             brought.update(self._added)
-            self._old_ids = {
-                m.id
-                for m in messages_in(self._state)
-                if isinstance(m, HumanMessage)
-                and m.id is not None
-                and message_text(m) not in brought
-            }
+            resumed = inputs is None or isinstance(inputs, Command)
+            self._old_ids = set()
+            for old in messages_in(self._state):
+                if isinstance(old, HumanMessage) and (text := message_text(old)) not in brought:
+                    if old.id is not None:
+                        self._old_ids.add(old.id)
+                    if resumed:
+                        self._old_texts.add(text)
+            if resumed:  # and those the state holds as dicts or tuples (a model converts them)
+                self._old_texts.update(set(loose_human_texts(self._state)) - brought)
             self._state = None  # seen, and no longer needed
+        if message.id is None:
+            return message_text(message) not in self._old_texts
         return message.id not in self._old_ids
 
     def last_input(self) -> HumanMessage | None:

@@ -7,10 +7,12 @@ import asyncio
 from typing import Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import MessagesState
-from langgraph.prebuilt import create_react_agent
+from langgraph.func import entrypoint, task
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.types import Command, interrupt
 
 from deerflow_journal import RunJournal
@@ -21,6 +23,7 @@ from tests.journal.agents import (
     ai,
     ask_human,
     humans,
+    scripted,
     step_then_answer,
 )
 
@@ -115,3 +118,131 @@ async def test_a_resumed_node_that_reads_no_messages_leaves_the_question_old(sto
     await graph.ainvoke(Command(resume=True), config)
     await journal.flush()
     assert humans(await store.list_messages("approve", limit=100)) == ["What is 1 + 2?"]
+
+
+# -- messages without ids ---------------------------------------------------------------------
+# A state without LangGraph's ``add_messages`` and the functional API keep messages as given:
+# without ids, a resumed run's question is told from a new one by its text.
+
+
+def functional_agent(model: ScriptedChatModel, make_prompt: Any = list) -> Any:
+    """A tool-calling agent written with LangGraph's functional API (``make_prompt`` turns its
+    input into the first prompt)."""
+
+    @task
+    def call_model(prompt: list[Any]) -> Any:
+        return model.invoke(prompt)
+
+    @task
+    def call_tool(call: dict[str, Any]) -> Any:
+        return ask_human.invoke(call)
+
+    @entrypoint(checkpointer=InMemorySaver())
+    def agent(inputs: Any) -> str:
+        prompt = make_prompt(inputs)
+        answer = call_model(prompt).result()
+        while answer.tool_calls:
+            results = [call_tool(call).result() for call in answer.tool_calls]
+            prompt = [*prompt, answer, *results]
+            answer = call_model(prompt).result()
+        return str(answer.content)
+
+    return agent
+
+
+def asking(*then: AIMessage) -> ScriptedChatModel:
+    """A model that first asks a human through ``ask_human``, then answers ``then``."""
+    return scripted(ai("", calls=[("ask_human", {"question": "Which city?"}, "h1")]), *then)
+
+
+async def resumed_humans(store: Any, graph: Any, question: Any, thread: str) -> list[str]:
+    """The thread's human inputs after ``graph`` asked ``question``, was interrupted and resumed;
+    checks that the resumed run records none of its own."""
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": thread}}
+    await graph.ainvoke(question, config)
+    await graph.ainvoke(Command(resume="Paris"), config)
+    await journal.flush()
+    assert journal.summary().first_human_message is None
+    return humans(await store.list_messages(thread, limit=100))
+
+
+@pytest.mark.parametrize(
+    "question",
+    [HumanMessage("Book a trip"), {"role": "user", "content": "Book a trip"}],
+    ids=["message", "dict"],
+)
+async def test_a_functional_agent_resumed_after_an_interrupt_writes_its_question_once(
+    store, question
+):
+    graph = functional_agent(asking(ai("Paris it is")))
+    assert await resumed_humans(store, graph, [question], "functional") == ["Book a trip"]
+
+
+class PlainMessages(TypedDict):
+    messages: list[Any]  # no reducer: messages keep no id
+
+
+def plain_agent(model: ScriptedChatModel) -> Any:
+    """A tool-calling agent whose state's messages are a plain list."""
+    tools = ToolNode([ask_human])
+
+    def agent(state: PlainMessages) -> dict[str, Any]:
+        return {"messages": [*state["messages"], model.invoke(state["messages"])]}
+
+    def run_tools(state: PlainMessages) -> dict[str, Any]:
+        return {"messages": [*state["messages"], *tools.invoke(state)["messages"]]}
+
+    graph = StateGraph(PlainMessages)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", run_tools)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+async def test_a_plain_list_agent_resumed_after_an_interrupt_writes_its_question_once(store):
+    graph = plain_agent(asking(ai("Paris it is")))
+    question = {"messages": [HumanMessage("Book a trip")]}
+    assert await resumed_humans(store, graph, question, "plain") == ["Book a trip"]
+
+
+async def test_a_question_a_resumed_node_adds_without_an_id_is_written(store):
+    model = scripted(ai("Booked."))
+
+    def clarify(state: PlainMessages) -> dict[str, Any]:
+        city = interrupt("Which city?")
+        return {"messages": [*state["messages"], HumanMessage(f"Book it for {city}")]}
+
+    def agent(state: PlainMessages) -> dict[str, Any]:
+        return {"messages": [*state["messages"], model.invoke(state["messages"])]}
+
+    graph = StateGraph(PlainMessages)
+    graph.add_node("clarify", clarify)
+    graph.add_node("agent", agent)
+    graph.add_edge(START, "clarify")
+    graph.add_edge("clarify", "agent")
+    compiled = graph.compile(checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "clarified"}}
+    await compiled.ainvoke({"messages": [HumanMessage("Book a trip")]}, config)
+    await compiled.ainvoke(Command(resume="Paris"), config)
+    await journal.flush()
+    assert journal.summary().first_human_message == "Book it for Paris"
+    assert humans(await store.list_messages("clarified", limit=100)) == [
+        "Book a trip",
+        "Book it for Paris",
+    ]
+
+
+async def test_a_question_a_functional_agent_builds_from_its_input_is_written(store):
+    # A fresh run's first prompt is built by the entrypoint: no state to resume from.
+    graph = functional_agent(
+        scripted(ai("Paris it is")), lambda inputs: [HumanMessage(inputs["question"])]
+    )
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "built"}}
+    await graph.ainvoke({"question": "Book a trip"}, config)
+    await journal.flush()
+    assert humans(await store.list_messages("built", limit=100)) == ["Book a trip"]
