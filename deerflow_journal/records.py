@@ -40,6 +40,7 @@ __all__ = [
     "current_user_id",
     "decode_json",
     "encode_json",
+    "fit_json",
     "make_record",
     "normalise_batch",
     "normalise_created_at",
@@ -523,6 +524,50 @@ def _cut(
         return content_json, metadata
     cut = encode_json(raw[:limit].decode("utf-8", "ignore"))
     return cut, {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
+
+
+def fit_json(text: str, limit: int = JSON_MAX_LENGTH) -> str | None:
+    """``text`` (JSON from ``encode_json``) with its longest strings cut to one length, the
+    longest it can be for the whole to take at most ``limit`` characters: the value keeps
+    its shape (a message stays a message). ``None`` if cutting every string to nothing would
+    not be enough."""
+    if len(text) <= limit:
+        return text
+    value = orjson.loads(text)
+    strings: list[tuple[Any, Any, str]] = []  # (container, key or index, string)
+    stack = [value] if isinstance(value, dict | list) else []
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, item in items:
+            if isinstance(item, str):
+                strings.append((node, key, item))
+            elif isinstance(item, dict | list):
+                stack.append(item)
+    if isinstance(value, str):
+        strings.append((None, None, value))
+
+    def cut_to(length: int) -> str:
+        whole = value
+        for node, key, string in strings:
+            if node is None:
+                whole = string[:length]
+            else:
+                node[key] = string[:length]
+        return orjson.dumps(whole).decode()
+
+    low, high = 0, max((len(string) for _, _, string in strings), default=0)
+    fitted = cut_to(low)
+    if len(fitted) > limit:
+        return None
+    while low < high:  # the longest cut that fits: JSON escapes make lengths differ
+        middle = (low + high + 1) // 2
+        attempt = cut_to(middle)
+        if len(attempt) <= limit:
+            low, fitted = middle, attempt
+        else:
+            high = middle - 1
+    return fitted
 
 
 def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], Any]) -> str:

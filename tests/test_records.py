@@ -18,6 +18,7 @@ from deerflow_journal.records import (
     PendingEvent,
     decode_json,
     encode_json,
+    fit_json,
     normalise_batch,
     normalise_created_at,
     normalise_event,
@@ -79,6 +80,28 @@ def test_truncation_keeps_existing_metadata():
         "content_truncated": True,
         "original_byte_length": 50,
     }
+
+
+def test_fit_json_cuts_the_longest_strings_to_one_length_and_keeps_the_shape():
+    message = {"type": "tool", "content": "chart rendered", "artifact": {"png": "x" * 500}}
+    text = encode_json(message)
+    assert fit_json(text, len(text)) is text  # fits: unchanged
+    cut = decode_json(fit_json(text, 200))
+    assert cut["type"] == "tool" and cut["content"] == "chart rendered"
+    assert cut["artifact"]["png"] == "x" * len(cut["artifact"]["png"])
+    assert len(encode_json(cut)) <= 200
+    # One character longer would not fit: the longest cut that does.
+    longer = {**cut, "artifact": {"png": cut["artifact"]["png"] + "x"}}
+    assert len(encode_json(longer)) > 200
+    # Characters JSON escapes take more room than one: still within the limit.
+    quoted = encode_json(['"' * 300, "\n" * 300])
+    assert len(fit_json(quoted, 100)) <= 100
+    assert fit_json(encode_json("y" * 50), 12) == '"yyyyyyyyyy"'  # a string alone
+
+
+def test_fit_json_gives_up_on_json_no_cut_of_its_strings_fits():
+    assert fit_json(encode_json(list(range(100))), 50) is None
+    assert fit_json(encode_json({"k" * 60: ""}), 50) is None  # keys are not cut
 
 
 def test_error_outside_a_batch_has_no_index_prefix():

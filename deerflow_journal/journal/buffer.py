@@ -48,9 +48,11 @@ from deerflow_journal.journal.spill import SUMMARIES, SpillFile, report_leftover
 from deerflow_journal.records import (
     DEFAULT_MAX_OUTPUTS_CONTENT,
     DEFAULT_MAX_TRACE_CONTENT,
+    JSON_MAX_LENGTH,
     EventRefused,
     decode_json,
     encode_json,
+    fit_json,
     normalise_event,
     utc_timestamp,
 )
@@ -113,6 +115,32 @@ def _why_unspillable(error: Exception) -> str:
     if isinstance(error, OSError):  # a full disk, say: no fault of the event or the store
         return "past the memory bound, which could not be spilled to a file"
     return "its store can never store (it cannot be encoded)"
+
+
+def _fitted(event: dict[str, Any]) -> dict[str, Any] | None:
+    """A copy of ``event`` whose content, too long for any store (a tool's artifact of many
+    megabytes, an image in a question), has its longest strings cut to fit, with metadata
+    that says so; ``None`` if its content is not what is too long, or cannot be cut to fit.
+    A message keeps its shape, so that a tool call keeps its result."""
+    try:
+        content = encode_json(event.get("content", ""), MessageEncoder())
+    except Exception:  # not storable at all: refused as it is
+        return None
+    cut = fit_json(content)
+    if cut is None or cut is content:
+        return None
+    metadata = event.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        return None
+    return {
+        **event,
+        "content": decode_json(cut),
+        "metadata": {
+            **metadata,
+            "content_truncated": True,
+            "original_byte_length": len(content.encode()),
+        },
+    }
 
 
 async def _outcome(task: asyncio.Future[None]) -> None:
@@ -676,10 +704,12 @@ class EventBuffer:
         """
         if not isinstance(error, ValueError | TypeError):
             return None
-        unstorable = self._unstorable(batch.events)
+        unstorable, cut = self._unstorable(batch.events)
         if unstorable:
             self._dropped([batch.events[i] for i in unstorable], error)
             return [_Batch([e for i, e in enumerate(batch.events) if i not in unstorable])]
+        if cut:
+            return [_Batch(batch.events)]
         if not isinstance(error, EventRefused):
             return None
         if summaries and batch.events:  # the events, or the summaries?
@@ -734,24 +764,44 @@ class EventBuffer:
             del built[:done]
         return True
 
-    def _unstorable(self, events: list[dict[str, Any]]) -> set[int]:
-        """The indexes of the events that cannot be stored by themselves."""
-        bad = set()
+    def _unstorable(self, events: list[dict[str, Any]]) -> tuple[set[int], bool]:
+        """The indexes of the events that cannot be stored by themselves, and whether some
+        were replaced by a copy whose content is cut to fit (in ``events``)."""
+        bad, cut = set(), False
         for index, event in enumerate(events):
             try:
-                normalise_event(
-                    _timestamped(event),
-                    max_trace_content=getattr(
-                        self.store, "max_trace_content", DEFAULT_MAX_TRACE_CONTENT
-                    ),
-                    max_outputs_content=getattr(
-                        self.store, "max_outputs_content", DEFAULT_MAX_OUTPUTS_CONTENT
-                    ),
-                    default=MessageEncoder(),
-                )
+                self._normalise(event)
             except (ValueError, TypeError):
-                bad.add(index)
-        return bad
+                fitted = _fitted(event)
+                if fitted is None:
+                    bad.add(index)
+                    continue
+                try:
+                    self._normalise(fitted)
+                except (ValueError, TypeError):
+                    bad.add(index)
+                    continue
+                logger.warning(
+                    "journal cut the content of a %s event of run %s to fit its store: %d "
+                    "bytes of JSON, over the %d characters every store holds",
+                    event.get("event_type"),
+                    event.get("run_id"),
+                    fitted["metadata"]["original_byte_length"],
+                    JSON_MAX_LENGTH,
+                )
+                events[index], cut = fitted, True
+        return bad, cut
+
+    def _normalise(self, event: dict[str, Any]) -> None:
+        """Normalise ``event`` as the store would; raise as it would refuse it."""
+        normalise_event(
+            _timestamped(event),
+            max_trace_content=getattr(self.store, "max_trace_content", DEFAULT_MAX_TRACE_CONTENT),
+            max_outputs_content=getattr(
+                self.store, "max_outputs_content", DEFAULT_MAX_OUTPUTS_CONTENT
+            ),
+            default=MessageEncoder(),
+        )
 
     def _dropped(
         self,

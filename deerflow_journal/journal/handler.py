@@ -301,6 +301,8 @@ class RunJournal(GraphCallbackHandler):
                 state = self._bound.get((event.get("thread_id"), event.get("run_id")))
                 if state is not None:
                     state.dropped_events += 1
+                    if event.get("category") == "message":  # counted as written, never was
+                        state.message_count -= 1
                     if state.root is not None:  # a run of ours, not a fixed-id recorder's
                         self._queue_summary(state)
 

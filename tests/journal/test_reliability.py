@@ -1,6 +1,7 @@
 """A journal whose store refuses an event, fails, or loses the answer to a write it took: the
-refused event is dropped alone and counted, a failing store is retried with nothing dropped,
-and a batch retried after its answer was lost is written once (on every backend)."""
+refused event is dropped alone and counted (one too long for any store is cut to fit
+instead), a failing store is retried with nothing dropped, and a batch retried after its
+answer was lost is written once (on every backend)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from langchain_core.tools import tool
 
 from deerflow_journal import EventRefused, RunEventStore, RunJournal
+from deerflow_journal.records import JSON_MAX_LENGTH, encode_json
 from deerflow_journal.stores.base import Write, Written
 from tests.backends import PostgresBackend
 from tests.journal.agents import (
@@ -115,6 +117,7 @@ async def test_an_event_its_store_refuses_is_dropped_alone_and_counted(store, ca
     sequence, summary = await stored(journal)
     assert sequence == [t for t in ONE_TOOL_CALL_SEQUENCE if t != "llm.tool.result"]
     assert journal.dropped_events == 1 and summary.dropped_events == 1
+    assert summary.message_count == 3  # those stored
     assert "journal dropped a llm.tool.result event" in caplog.text
     assert [r.levelno for r in caplog.records if "dropped" in r.message] == [logging.ERROR]
 
@@ -124,6 +127,35 @@ async def test_an_event_its_store_refuses_is_dropped_alone_and_counted(store, ca
     sequence, summary = await stored(journal)
     assert sequence == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
     assert summary.dropped_events == 0 and journal.dropped_events == 1
+
+
+@tool(response_format="content_and_artifact")
+def render(kind: str) -> tuple[str, dict[str, str]]:
+    """Render a chart."""
+    return "chart rendered", {"png": "x" * (JSON_MAX_LENGTH + 1000)}
+
+
+async def test_a_message_too_long_for_any_store_is_cut_to_fit_and_its_call_keeps_its_result(
+    store, caplog
+):
+    graph = agent_graph(
+        scripted(ai("", calls=[("render", {"kind": "bar"}, "c1")]), ai("Here it is.")), [render]
+    )
+    journal = RunJournal(event_store=store)
+    await graph.ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
+    assert summary.dropped_events == 0 and summary.message_count == 4
+    (result,) = [e for e in await run_events(journal) if e["event_type"] == "llm.tool.result"]
+    # What the model saw is whole; the artifact it never saw is what is cut.
+    assert result["content"]["content"] == "chart rendered"
+    assert result["content"]["tool_call_id"] == "c1"
+    assert 0 < len(result["content"]["artifact"]["png"]) < JSON_MAX_LENGTH
+    assert len(encode_json(result["content"])) <= JSON_MAX_LENGTH
+    assert result["metadata"]["content_truncated"] is True
+    assert result["metadata"]["original_byte_length"] > JSON_MAX_LENGTH
+    assert "journal cut the content of a llm.tool.result event" in caplog.text
 
 
 async def test_a_failing_store_is_retried_and_nothing_is_dropped(store, caplog):
