@@ -795,8 +795,8 @@ class RunJournal(GraphCallbackHandler):
     def _write_human(self, state: RunState, human: HumanMessage) -> None:
         """Write the run's one ``llm.human.input`` (call with the lock held)."""
         state.human_written = True
-        if state.first_human_message is None:
-            state.first_human_message = mapping.message_text(human)
+        if state.first_human_message is None:  # an image alone has no text: stays None
+            state.first_human_message = mapping.message_text(human) or None
         self._emit_own(state, mapping.human_input_event(human))  # a message
 
     def on_llm_start(

@@ -265,6 +265,15 @@ async def test_hidden_and_summary_human_messages_are_skipped():
     assert journal.summary().first_human_message == "the real question"
 
 
+async def test_a_question_without_text_is_written_and_leaves_first_human_message_none():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    photo = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    await journaled(agent_graph(scripted(ai("A cat."))), journal, HumanMessage(content=[photo]))
+    (human,) = of_type(await run_events(journal, flush=True), "llm.human.input")
+    assert human["content"]["content"] == [photo]
+    assert journal.summary().first_human_message is None
+
+
 async def test_only_the_first_lead_agent_call_records_the_human_input():
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(agent_graph(scripted(*tool_script())), journal)
