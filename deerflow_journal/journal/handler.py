@@ -781,7 +781,7 @@ class RunJournal(GraphCallbackHandler):
                 changed = False
             if not state.human_written:
                 human = mapping.latest_visible_human(messages)
-                if human is not None and state.new_humans.is_new(human):
+                if human is not None and state.new_humans.is_new(human, messages[0]):
                     self._write_human(state, human)
                     changed = True
         finally:

@@ -517,9 +517,9 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
 
 
 def loose_human_texts(value: Any) -> list[str]:
-    """The texts of the human messages given as dicts or tuples in the message lists
-    ``value`` holds at its top level, where ``messages_in`` finds message objects (a model
-    called with such a list converts them)."""
+    """The texts of the human messages given as dicts or tuples in the lists ``value`` holds
+    at its top level, where ``messages_in`` finds message objects (a model called with such
+    a list converts them)."""
     if type(value) is not dict:
         state = _state_fields(value)
         if state is not None:
@@ -528,7 +528,7 @@ def loose_human_texts(value: Any) -> list[str]:
             value = {None: value}
     texts: list[str] = []
     for items in value.values():
-        if not (isinstance(items, list | tuple) and _holds(items)):
+        if not isinstance(items, list):
             continue
         for item in items:
             if not isinstance(item, dict | tuple):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Mapping
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -50,20 +51,36 @@ class NewHumans:
     graph's first node, unless it reads no messages) starts from, except those its inputs
     brought or a nested chain ending before it added (matched by text: LangGraph builds
     messages given as text itself). Anything else is new: a message a node added, one built
-    for the prompt, every message of a run with no nested chain. Messages are told apart by
-    id; one without an id (a state without LangGraph's ``add_messages``, the functional API)
-    by its text, but only in a run resumed from a checkpoint (its inputs are ``None`` or a
-    ``Command``): a fresh run's first node may build the question it sends. The state is
-    kept as given and looked into only when a question is checked: most runs check one.
+    for the prompt, every message of a run with no nested chain. The state is kept as given
+    and looked into only when a question is checked: most runs check one.
+
+    Messages are told apart by id. Those without one (a state without LangGraph's
+    ``add_messages``, the functional API) are told apart by text, and only in a run resumed
+    with a ``Command``: old are the humans the run's first nested chain starts from (a
+    graph's interrupted node, a functional entrypoint's checkpointed input; not the
+    prompt a task was given, which may hold a question built in this run), as many times
+    as they occur there, so an answer given twice in a row is new the second time.
     """
 
-    __slots__ = ("_added", "_inputs", "_old_ids", "_old_texts", "_state", "state_seen")
+    __slots__ = (
+        "_added",
+        "_first",
+        "_first_seen",
+        "_inputs",
+        "_old_ids",
+        "_old_texts",
+        "_state",
+        "state_seen",
+    )
 
     def __init__(self) -> None:
         self._inputs: Any = None
         self._state: Any = None
         self._old_ids: set[str] | None = None
-        self._old_texts: set[str] = set()  # of old humans, checked for those without an id
+        #: The first nested chain's inputs (kept in a run resumed with a ``Command`` only).
+        self._first: Any = None
+        self._first_seen = False
+        self._old_texts: Counter[str] | None = None  # for the humans without an id
         self._added: set[str] = set()  # texts of humans added before the state was seen
         #: True once a nested chain started from the run's state (read at every chain).
         self.state_seen = False
@@ -75,6 +92,10 @@ class NewHumans:
     def saw_state(self, inputs: Any) -> None:
         """Note the inputs of a nested chain started before the run's state was seen: the
         state, if they hold messages (a node may declare an input without them)."""
+        if not self._first_seen:
+            self._first_seen = True
+            if isinstance(self._inputs, Command):
+                self._first = inputs
         inputs = node_state(inputs)
         if holds_messages(inputs):
             self._state = inputs
@@ -87,30 +108,55 @@ class NewHumans:
             if isinstance(message, HumanMessage):
                 self._added.add(message_text(message))
 
-    def is_new(self, message: BaseMessage) -> bool:
-        """True if ``message`` was not in the state the run resumed from."""
+    def is_new(self, message: BaseMessage, prompt: Sequence[BaseMessage] = ()) -> bool:
+        """True if ``message`` (the latest human of ``prompt``) was not in the state the run
+        resumed from."""
+        if message.id is None:
+            return self._is_new_text(message, prompt)
         if not self.state_seen:
             return True
         if self._old_ids is None:
-            inputs = self._inputs
-            objects, texts = input_messages(inputs)
-            brought = {message_text(m) for m in objects if isinstance(m, HumanMessage)}
-            brought.update(texts)
-            brought.update(self._added)
-            resumed = inputs is None or isinstance(inputs, Command)
-            self._old_ids = set()
-            for old in messages_in(self._state):
-                if isinstance(old, HumanMessage) and (text := message_text(old)) not in brought:
-                    if old.id is not None:
-                        self._old_ids.add(old.id)
-                    if resumed:
-                        self._old_texts.add(text)
-            if resumed:  # and those the state holds as dicts or tuples (a model converts them)
-                self._old_texts.update(set(loose_human_texts(self._state)) - brought)
+            brought = self._brought()
+            self._old_ids = {
+                m.id
+                for m in messages_in(self._state)
+                if isinstance(m, HumanMessage)
+                and m.id is not None
+                and message_text(m) not in brought
+            }
             self._state = None  # seen, and no longer needed
-        if message.id is None:
-            return message_text(message) not in self._old_texts
         return message.id not in self._old_ids
+
+    def _is_new_text(self, message: BaseMessage, prompt: Sequence[BaseMessage]) -> bool:
+        if self._old_texts is None:
+            old: Counter[str] = Counter()
+            first = node_state(self._first)
+            if first is not None:
+                old.update(
+                    message_text(m) for m in messages_in(first) if isinstance(m, HumanMessage)
+                )
+                old.update(loose_human_texts(first))
+                for text in self._brought() | self._added:
+                    del old[text]
+            self._old_texts, self._first = old, None
+        text = message_text(message)
+        old_count = self._old_texts[text]
+        if not old_count:
+            return True
+        asked = sum(
+            1
+            for m in prompt
+            if isinstance(m, HumanMessage) and m.id is None and message_text(m) == text
+        )
+        return asked > old_count
+
+    def _brought(self) -> set[str]:
+        """The texts of the human messages the run's inputs brought."""
+        objects, texts = input_messages(self._inputs)
+        brought = {message_text(m) for m in objects if isinstance(m, HumanMessage)}
+        brought.update(texts)
+        brought.update(self._added)
+        return brought
 
     def last_input(self) -> HumanMessage | None:
         """The last visible human message the run's inputs brought, if any."""

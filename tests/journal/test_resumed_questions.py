@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from langgraph.types import Command, interrupt
 
@@ -246,3 +246,58 @@ async def test_a_question_a_functional_agent_builds_from_its_input_is_written(st
     await graph.ainvoke({"question": "Book a trip"}, config)
     await journal.flush()
     assert humans(await store.list_messages("built", limit=100)) == ["Book a trip"]
+
+
+async def test_an_answer_given_twice_in_a_row_is_new_each_time(store):
+    model = scripted(ai("step 1"), ai("done"))
+
+    def confirm(state: PlainMessages) -> dict[str, Any]:
+        return {"messages": [*state["messages"], HumanMessage(interrupt("Go on?"))]}
+
+    def agent(state: PlainMessages) -> dict[str, Any]:
+        return {"messages": [*state["messages"], model.invoke(state["messages"])]}
+
+    graph = StateGraph(PlainMessages)
+    graph.add_node("confirm", confirm)
+    graph.add_node("agent", agent)
+    graph.add_edge(START, "confirm")
+    graph.add_edge("confirm", "agent")
+    graph.add_conditional_edges(
+        "agent", lambda state: END if state["messages"][-1].content == "done" else "confirm"
+    )
+    compiled = graph.compile(checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "twice"}}
+    await compiled.ainvoke({"messages": [HumanMessage("Deploy")]}, config)
+    await compiled.ainvoke(Command(resume="yes"), config)
+    await compiled.ainvoke(Command(resume="yes"), config)
+    await journal.flush()
+    assert humans(await store.list_messages("twice", limit=100)) == ["Deploy", "yes", "yes"]
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [{"question": "Book a trip"}, [{"role": "user", "content": "Book a trip"}]],
+    ids=["built-by-the-entrypoint", "given-as-dicts"],
+)
+async def test_a_functional_agent_interrupted_before_its_first_model_call_writes_its_question(
+    store, inputs
+):
+    model = scripted(ai("Booked."))
+
+    @task
+    def call_model(prompt: list[Any]) -> Any:
+        return model.invoke(prompt)
+
+    @entrypoint(checkpointer=InMemorySaver())
+    def agent(inputs: Any) -> str:
+        interrupt("Run this request?")  # an approval before any model call
+        prompt = [HumanMessage(inputs["question"])] if isinstance(inputs, dict) else inputs
+        return str(call_model(prompt).result().content)
+
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "approved"}}
+    await agent.ainvoke(inputs, config)
+    await agent.ainvoke(Command(resume=True), config)
+    await journal.flush()
+    assert humans(await store.list_messages("approved", limit=100)) == ["Book a trip"]
