@@ -28,6 +28,7 @@ __all__ = [
     "AUTO",
     "DEFAULT_MAX_OUTPUTS_CONTENT",
     "DEFAULT_MAX_TRACE_CONTENT",
+    "FIT_KEEPS_WHOLE",
     "ID_MAX_LENGTH",
     "JSON_MAX_LENGTH",
     "Auto",
@@ -526,48 +527,100 @@ def _cut(
     return cut, {**metadata, "content_truncated": True, "original_byte_length": len(raw)}
 
 
+#: Strings this short (ids, types, names, the text of most messages) ``fit_json`` keeps whole.
+FIT_KEEPS_WHOLE = 256
+
+
 def fit_json(text: str, limit: int = JSON_MAX_LENGTH) -> str | None:
-    """``text`` (JSON from ``encode_json``) with its longest strings cut to one length, the
-    longest it can be for the whole to take at most ``limit`` characters: the value keeps
-    its shape (a message stays a message). ``None`` if cutting every string to nothing would
-    not be enough."""
+    """``text`` (JSON from ``encode_json``) cut to take at most ``limit`` characters, keeping
+    the value's shape and its short fields (a message stays a message, its ids whole).
+
+    Its strings longer than ``FIT_KEEPS_WHOLE`` are cut to one length, the longest that
+    fits. If that is not enough (a list of a million short rows), the largest field of the
+    top-level object or list is cut instead, as much as needed: a string to its start, any
+    other value to the start of its JSON text, as a string. ``None`` if neither fits.
+    """
     if len(text) <= limit:
         return text
     value = orjson.loads(text)
-    strings: list[tuple[Any, Any, str]] = []  # (container, key or index, string)
+    fitted = _fit_strings(value, text, limit)
+    return fitted if fitted is not None else _fit_largest_field(orjson.loads(text), limit)
+
+
+def _fit_strings(value: Any, text: str, limit: int) -> str | None:
+    """``value`` (``text`` decoded) as JSON with its long strings cut to fit, or ``None``."""
+    long: list[tuple[Any, Any, str]] = []  # (container, key or index, string)
+    if isinstance(value, str):
+        long.append((None, None, value))
     stack = [value] if isinstance(value, dict | list) else []
     while stack:
         node = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, item in items:
+        for key, item in node.items() if isinstance(node, dict) else enumerate(node):
             if isinstance(item, str):
-                strings.append((node, key, item))
+                if len(item) > FIT_KEEPS_WHOLE:
+                    long.append((node, key, item))
             elif isinstance(item, dict | list):
                 stack.append(item)
-    if isinstance(value, str):
-        strings.append((None, None, value))
+    # The JSON of the whole is the rest plus each long string's own JSON: only those are
+    # encoded again while the length is searched for.
+    rest = len(text) - sum(_json_length(string) for _, _, string in long)
 
-    def cut_to(length: int) -> str:
-        whole = value
-        for node, key, string in strings:
-            if node is None:
-                whole = string[:length]
-            else:
-                node[key] = string[:length]
-        return orjson.dumps(whole).decode()
+    def fits(length: int) -> bool:
+        return rest + sum(_json_length(string[:length]) for _, _, string in long) <= limit
 
-    low, high = 0, max((len(string) for _, _, string in strings), default=0)
-    fitted = cut_to(low)
-    if len(fitted) > limit:
+    # A character takes one or more: no string longer than the limit fits.
+    low, high = FIT_KEEPS_WHOLE, min(max((len(string) for _, _, string in long), default=0), limit)
+    if not long or not fits(low):
         return None
-    while low < high:  # the longest cut that fits: JSON escapes make lengths differ
+    while low < high:
         middle = (low + high + 1) // 2
-        attempt = cut_to(middle)
-        if len(attempt) <= limit:
-            low, fitted = middle, attempt
+        if fits(middle):
+            low = middle
         else:
             high = middle - 1
-    return fitted
+    if long[0][0] is None:
+        value = long[0][2][:low]
+    else:
+        for node, key, string in long:
+            node[key] = string[:low]
+    fitted = orjson.dumps(value).decode()
+    return fitted if len(fitted) <= limit else None
+
+
+def _fit_largest_field(value: Any, limit: int) -> str | None:
+    """``value`` as JSON with its largest top-level field cut to fit as a string, or ``None``."""
+    if isinstance(value, dict):
+        fields = list(value.items())
+    elif isinstance(value, list):
+        fields = list(enumerate(value))
+    else:
+        return None
+    if not fields:
+        return None
+    sizes = {key: len(orjson.dumps(item).decode()) for key, item in fields}
+    largest = max(sizes, key=sizes.__getitem__)
+    whole = orjson.dumps(value).decode()
+    room = limit - (len(whole) - sizes[largest])  # what the largest field may take
+    field = value[largest]
+    field_text = field if isinstance(field, str) else orjson.dumps(field).decode()
+    low, high = 0, min(len(field_text), limit)
+    if _json_length(field_text[:low]) > room:
+        return None
+    while low < high:  # the longest start of its text that fits, as a JSON string
+        middle = (low + high + 1) // 2
+        if _json_length(field_text[:middle]) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    value[largest] = field_text[:low]
+    fitted = orjson.dumps(value).decode()
+    return fitted if len(fitted) <= limit else None
+
+
+def _json_length(string: str) -> int:
+    """How many characters ``string`` takes as JSON (escapes and quotes included)."""
+    encoded = orjson.dumps(string)
+    return len(encoded) if string.isascii() else len(encoded.decode())
 
 
 def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], Any]) -> str:

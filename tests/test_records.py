@@ -15,6 +15,7 @@ import pytest
 from deerflow_journal import AUTO, EventRefused, MemoryRunEventStore, current_user_id, user_scope
 from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import (
+    FIT_KEEPS_WHOLE,
     PendingEvent,
     decode_json,
     encode_json,
@@ -82,26 +83,55 @@ def test_truncation_keeps_existing_metadata():
     }
 
 
-def test_fit_json_cuts_the_longest_strings_to_one_length_and_keeps_the_shape():
-    message = {"type": "tool", "content": "chart rendered", "artifact": {"png": "x" * 500}}
+def test_fit_json_cuts_the_long_strings_to_one_length_and_keeps_the_short_ones():
+    call_id = "call_kS2B3eY3nD9XyZ1aBcDeFgHi"
+    message = {
+        "type": "tool",
+        "content": "chart rendered",
+        "tool_call_id": call_id,
+        "artifact": {"png": "x" * 5000, "labels": ["a"] * 50, "svg": "<" * 3000},
+    }
     text = encode_json(message)
     assert fit_json(text, len(text)) is text  # fits: unchanged
-    cut = decode_json(fit_json(text, 200))
-    assert cut["type"] == "tool" and cut["content"] == "chart rendered"
-    assert cut["artifact"]["png"] == "x" * len(cut["artifact"]["png"])
-    assert len(encode_json(cut)) <= 200
+    cut = decode_json(fit_json(text, 2000))
+    assert {k: cut[k] for k in ("type", "content", "tool_call_id")} == {
+        "type": "tool",
+        "content": "chart rendered",
+        "tool_call_id": call_id,
+    }
+    assert cut["artifact"]["labels"] == ["a"] * 50
+    png, svg = cut["artifact"]["png"], cut["artifact"]["svg"]
+    assert png == "x" * len(png) and svg == "<" * len(svg)
+    assert FIT_KEEPS_WHOLE < len(png) == len(svg) < 3000  # both long ones, to one length
+    assert len(encode_json(cut)) <= 2000
     # One character longer would not fit: the longest cut that does.
-    longer = {**cut, "artifact": {"png": cut["artifact"]["png"] + "x"}}
-    assert len(encode_json(longer)) > 200
-    # Characters JSON escapes take more room than one: still within the limit.
-    quoted = encode_json(['"' * 300, "\n" * 300])
-    assert len(fit_json(quoted, 100)) <= 100
-    assert fit_json(encode_json("y" * 50), 12) == '"yyyyyyyyyy"'  # a string alone
+    longer = {**cut, "artifact": {**cut["artifact"], "png": png + "x", "svg": svg + "<"}}
+    assert len(encode_json(longer)) > 2000
 
 
-def test_fit_json_gives_up_on_json_no_cut_of_its_strings_fits():
-    assert fit_json(encode_json(list(range(100))), 50) is None
-    assert fit_json(encode_json({"k" * 60: ""}), 50) is None  # keys are not cut
+def test_fit_json_counts_escapes_and_characters_not_bytes():
+    quoted = encode_json(['"' * 3000, "\n" * 3000, "\x01" * 1000])
+    assert 3990 <= len(fit_json(quoted, 4000)) <= 4000  # each cut to 399 characters
+    emoji = encode_json("🧪" * 3000)  # four bytes each in UTF-8, one character
+    assert fit_json(emoji, 1002) == encode_json("🧪" * 1000)
+    assert fit_json(encode_json("y" * 500), 302) == encode_json("y" * 300)  # a string alone
+
+
+def test_fit_json_gives_up_when_cutting_the_long_strings_is_not_enough():
+    assert fit_json(encode_json(list(range(1000))), 500) is None
+    assert fit_json(encode_json(["short id"] * 500), 500) is None  # short strings stay whole
+    assert fit_json(encode_json({"k" * 600: ""}), 500) is None  # keys are not cut
+    assert fit_json(encode_json({f"k{i}": i for i in range(1000)}), 500) is None
+
+
+def test_fit_json_cuts_the_largest_field_when_cutting_long_strings_is_not_enough():
+    message = {"type": "tool", "content": "3 rows", "artifact": {"rows": ["r1", "r2"] * 500}}
+    cut = decode_json(fit_json(encode_json(message), 1000))
+    assert (cut["type"], cut["content"]) == ("tool", "3 rows")
+    assert encode_json(message["artifact"]).startswith(cut["artifact"])
+    assert 900 < len(encode_json(cut)) <= 1000
+    # A string is cut itself, below the length kept whole if it must.
+    assert fit_json(encode_json(["x" * 1000]), 100) == encode_json(["x" * 96])
 
 
 def test_error_outside_a_batch_has_no_index_prefix():
