@@ -73,3 +73,11 @@ def forget_stranded_journal_buffers() -> Iterator[None]:
         buffer._STRANDED.discard(left)
     for left_dir in _spill_dirs() - dirs:
         shutil.rmtree(left_dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_timed_retries_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put a failed write's timed retry an hour away: a test that counts writes or failures
+    must not race with a timer on a loaded machine. Tests of the timed retry set their own."""
+    monkeypatch.setattr(buffer._FailedWrites, "first_retry_seconds", 3600.0)
+    monkeypatch.setattr(buffer._FailedWrites, "max_retry_seconds", 3600.0)

@@ -755,6 +755,35 @@ async def test_events_saved_at_exit_that_may_be_stored_already_are_said_so(tmp_p
     assert await recovered(db, lines[stored:]) == [str(i) for i in range(50)]
 
 
+HANGING_WRITE_PROCESS = """
+    import asyncio
+    from deerflow_journal import MemoryRunEventStore, RunJournal
+    from deerflow_journal.journal.writer import JournalWriter
+    from tests.journal.agents import QUESTION, agent_graph, ai, scripted
+
+    class Hanging(MemoryRunEventStore):
+        async def _write(self, batch):
+            await asyncio.Event().wait()  # a connection attempt that never ends
+
+    JournalWriter.wait_timeout = 0.5  # how long invoke waits for the run's write
+    journal = RunJournal(event_store=Hanging())
+    agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
+    # The program exits while the write runs on the journal's own loop.
+"""
+
+
+def test_events_a_write_still_running_at_exit_took_are_saved(tmp_path: Path):
+    done = run_script(HANGING_WRITE_PROCESS, tmp_path)
+    assert done.returncode == 0, done.stderr
+    (said,) = [line for line in done.stderr.splitlines() if "journal exits with" in line]
+    assert "journal exits with 4 events its store did not take, kept in " in said
+    assert "1 run summaries are kept in " in said
+    assert "the first 4 were in a write that failed or did not end" in said
+    path = Path(said.split(" kept in ")[1].split(" (one event")[0])
+    saved = [orjson.loads(line)["event_type"] for line in path.read_text().splitlines()]
+    assert saved == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
 class GatedStore(FlappingStore):
     """Its write number ``hold`` waits inside the store until ``gate`` is set."""
 

@@ -204,10 +204,13 @@ class _Write:
         return True
 
 
-#: Buffers holding events their store has not taken, after a failed write or a spill; held
-#: strongly, so that a journal dropped meanwhile still writes them when its loop closes, or
-#: saves them when the program exits.
+#: Buffers holding events their store has not taken, after a failed write or a spill, or
+#: while a write runs; held strongly, so that a journal dropped meanwhile still writes them
+#: when its loop closes, or saves them when the program exits.
 _STRANDED: set[EventBuffer] = set()
+
+#: Seconds the program's exit waits for a write in flight on another thread's loop.
+_EXIT_WAIT = 2.0
 
 
 @atexit.register
@@ -343,8 +346,15 @@ class EventBuffer:
         self._guarded: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._in_background = False  # the latest write went to the background loop
         self._failures = _FailedWrites()
-        #: A timed retry is waiting on some loop (one at a time).
-        self._retry_timed = False
+        #: The loop a timed retry waits on (one at a time, while that loop lives).
+        self._retry_loop: asyncio.AbstractEventLoop | None = None
+        #: The ticket when the journal was closed: no timed retry while nothing is new.
+        self._closed_ticket: int | None = None
+        #: What the running write took and has not stored yet (saved at exit if it hangs):
+        #: its batches to send, the one being sent, and the summaries it carries.
+        self._in_flight: collections.deque[_Batch] | None = None
+        self._sending: _Batch | None = None
+        self._in_flight_summaries: list[_Summary] = []
         self._next_write_at = threshold  # after a failed write: the next multiple of the threshold
         self._write_all = False
         self._close_when_empty = False
@@ -477,6 +487,7 @@ class EventBuffer:
             logger.warning("journal write skipped: its event loop is closed")
             return None
         self._in_background = in_background
+        _STRANDED.add(self)  # until a write leaves nothing pending: saved at exit meanwhile
         write = self._write = _Write(future, loop)
         future.add_done_callback(lambda done: self._finished(write, done))
         return write
@@ -562,6 +573,7 @@ class EventBuffer:
                     events.extend(self._spill.read(room))
                     backlog = bool(self._spill.count)
             queue.append(_Batch(events))
+            self._in_flight = queue
             self._taken = len(events) + (0 if unsure is None else len(unsure.events))
             self._room = 0 if backlog else self.max_buffered - self._taken
             unspillable = self._unspillable
@@ -598,6 +610,7 @@ class EventBuffer:
                 if everything
                 else built_ticket
             )
+            self._in_flight_summaries = summaries
         for event, error in unspillable:
             self._dropped([event], error, _why_unspillable(error))
         summaries_written = False
@@ -613,8 +626,10 @@ class EventBuffer:
             if not batch.events and not batch.summaries and (not carried or summaries_written):
                 continue
             batch.sent = True
+            self._sending = batch
             try:
                 written = await self._send(batch, carried)
+                self._sending = None
                 summaries_written = summaries_written or (written and bool(carried))
             except BaseException as exc:
                 instead = self._refused(batch, carried or batch.summaries or [], exc)
@@ -646,6 +661,7 @@ class EventBuffer:
                 if from_file:
                     self._summary_chunk = []
                 self._taken = 0
+                self._in_flight, self._sending, self._in_flight_summaries = None, None, []
                 self._set_room_locked()
                 if taken is not None:
                     self._written_ticket = max(self._written_ticket, taken)
@@ -839,6 +855,7 @@ class EventBuffer:
                 front.extend(self._events)
                 self._events = front
             self._taken = 0
+            self._in_flight, self._sending, self._in_flight_summaries = None, None, []
             if batch.events:
                 self._unsure = batch
             self._set_room_locked()
@@ -886,9 +903,10 @@ class EventBuffer:
         """Retry on ``loop`` after a while, so that what a failed write left reaches the store
         once it is back, although nothing else writes (the last run ended, a server idles)."""
         with self._lock:
-            if self._retry_timed:
+            waiting = self._retry_loop
+            if waiting is loop and not loop.is_closed():
                 return
-            self._retry_timed = True
+            self._retry_loop = loop
             delay = self._failures.retry_delay()
         owner = weakref.ref(self)  # a stranded buffer is held by _STRANDED meanwhile
 
@@ -904,13 +922,22 @@ class EventBuffer:
                 loop.call_soon_threadsafe(loop.call_later, delay, retry)
         except RuntimeError:  # its loop is closed: the next write or flush retries
             with self._lock:
-                self._retry_timed = False
+                if self._retry_loop is loop:
+                    self._retry_loop = None
 
     def _retry(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
-            self._retry_timed = False
-            if self._failures.count:  # a write has worked meanwhile: nothing to retry
+            if self._retry_loop is loop:
+                self._retry_loop = None
+            # Not once a write has worked meanwhile, nor for a closed journal with nothing
+            # new (what it holds is saved at exit: its owner may have closed the store).
+            if self._failures.count and self._closed_ticket != self._ticket:
                 self._start_locked(loop)
+
+    def closed(self) -> None:
+        """Note that the journal was closed: no timed retry until something new is queued."""
+        with self._lock:
+            self._closed_ticket = self._ticket
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -993,6 +1020,12 @@ class EventBuffer:
     def save_at_exit(self) -> None:
         """Save every event not written to a file (those in memory first), say at ERROR where
         it is, and write nothing more: the program exits."""
+        write = self._write
+        if write is not None and not write.future.done() and write.loop.is_running():
+            # A write (a timed retry, say) runs on a loop of another thread: it may end, and
+            # then what it took is stored, or back in memory to be saved.
+            with contextlib.suppress(BaseException):
+                write.wait_blocking(_EXIT_WAIT)
         # A daemon thread may hold a lock for good at exit: then read racily, and a summary
         # whose run is locked is lost. Built first: builders take the journal's lock first.
         locked = self._lock.acquire(timeout=1.0)
@@ -1005,9 +1038,14 @@ class EventBuffer:
                 built.append(build(timeout=1.0))
         locked = self._lock.acquire(timeout=1.0)
         try:
-            unsure = [] if self._unsure is None else self._unsure.events
+            # What a write still running took goes first (it is older), and may be stored.
+            sending = [] if self._sending is None else list(self._sending.events)
+            queued = [event for batch in list(self._in_flight or ()) for event in batch.events]
+            unsure = sending + queued + ([] if self._unsure is None else self._unsure.events)
             unwritten = unsure + self._events
-            in_flight, summaries = self._taken, len(building) - len(built)
+            summaries = len(building) - len(built)
+            pending = {key for key, _ in building}
+            built += [data for key, _, data in self._in_flight_summaries if key not in pending]
             try:
                 saved = self._spill.save(_timestamped(event) for event in unwritten)
             except Exception as exc:  # the disk is full, say: what is lost is said
@@ -1016,6 +1054,7 @@ class EventBuffer:
                 error, spilled = None, ""
                 # Saved: a write the loop may still start must not store them twice.
                 self._saved, self._unsure, self._events = True, None, []
+                self._in_flight, self._sending, self._in_flight_summaries = None, None, []
             summaries_note = self._save_summaries_locked(built)
         finally:
             if locked:
@@ -1023,10 +1062,9 @@ class EventBuffer:
         notes = [] if summaries_note is None else [summaries_note]
         if unsure:
             notes.append(
-                f"the first {len(unsure)} were in a write that failed, which may have stored them"
+                f"the first {len(unsure)} were in a write that failed or did not end, which "
+                "may have stored them"
             )
-        if in_flight:
-            notes.append(f"{in_flight} more were being written, and may not be stored")
         if summaries:
             notes.append(f"{summaries} run summaries are lost")
         if saved is not None and saved[0] is None:  # none could be encoded

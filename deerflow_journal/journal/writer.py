@@ -190,6 +190,7 @@ class JournalWriter:
 
     async def aclose(self) -> None:
         """Flush, wait for progress snapshots, close the store if the journal opened it."""
+        self.buffer.closed()
         await self.flush()
         still = [asyncio.wrap_future(future) for future in self._still_running()]
         if still:
@@ -208,6 +209,7 @@ class JournalWriter:
     def close(self) -> None:
         """``aclose()`` for code that may block (with no loop, or beside a running one); a
         write on this thread's own loop, which it cannot wait for, gets a WARNING."""
+        self.buffer.closed()
         with self._lock:
             pending = list(self._pending)
         concurrent.futures.wait(pending, self.wait_timeout)

@@ -458,6 +458,51 @@ def test_a_failed_write_under_invoke_reaches_the_store_once_it_is_back(monkeypat
     ]
 
 
+def test_timed_retries_go_on_after_the_loop_of_the_first_one_ended(monkeypatch):
+    from deerflow_journal.journal import buffer
+
+    monkeypatch.setattr(buffer._FailedWrites, "first_retry_seconds", 0.01)
+    store = FlakyStore(every=1)
+    journal = RunJournal(event_store=store)
+    journal.raise_error = False
+
+    async def first() -> None:
+        await agent_graph(scripted(ai("one"))).ainvoke(QUESTION, {"callbacks": [journal]})
+
+    # Its write fails, and so does its loop's last flush: a retry waited on that loop.
+    asyncio.run(first())
+    agent_graph(scripted(ai("two"))).invoke(QUESTION, {"callbacks": [journal]})
+    store.every = 0
+    deadline = time.monotonic() + 60  # how long a loaded machine may take, not a speed bound
+    while store.failures < 100 and time.monotonic() < deadline:
+        threads = asyncio.run(store.list_threads())
+        if len(threads) == 2 and all(t.run_count == 1 for t in threads):
+            break
+        time.sleep(0.01)
+    runs = [asyncio.run(store.list_run_summaries(t.thread_id)) for t in threads]
+    assert sorted(r.last_ai_message for (r,) in runs) == ["one", "two"]
+
+
+async def test_a_closed_journal_makes_no_timed_retries_until_it_is_used_again(monkeypatch):
+    from deerflow_journal.journal import buffer
+
+    monkeypatch.setattr(buffer._FailedWrites, "first_retry_seconds", 0.01)
+    monkeypatch.setattr(buffer._FailedWrites, "max_retry_seconds", 0.01)
+    store = FlakyStore(every=1)
+    journal = RunJournal(event_store=store)
+    journal.raise_error = False
+    await agent_graph(scripted(ai("one"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    with pytest.raises(ConnectionError):
+        await journal.aclose()
+    # Its owner may close the store next: what the journal holds waits for the exit's save.
+    tried = store.batches
+    await asyncio.sleep(0.3)
+    assert store.batches == tried
+    await agent_graph(scripted(ai("two"))).ainvoke(QUESTION, {"callbacks": [journal]})
+    await asyncio.sleep(0.3)
+    assert store.batches > tried + 2  # the run's own write, then timed retries
+
+
 def test_a_journal_bug_never_breaks_the_graph_by_default():
     class BrokenJournal(RunJournal):
         def on_llm_end(self, *args: Any, **kwargs: Any) -> None:
