@@ -30,6 +30,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -980,6 +981,8 @@ class EventBuffer:
         hung store, a stopped loop): logs at ERROR what is not written, leaves it to go out
         once the store answers, returns False.
         """
+        if sys.is_finalizing():  # no other thread runs again: waiting would never end
+            return False
         current = running_loop()
         deadline = time.monotonic() + timeout
         with self._lock:

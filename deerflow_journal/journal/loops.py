@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import sys
 import threading
 
 from langchain_core.callbacks import manager as callback_manager
@@ -31,8 +32,14 @@ _loop: asyncio.AbstractEventLoop | None = None
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
-    """Return the journal's background loop, started in a daemon thread on first use."""
+    """Return the journal's background loop, started in a daemon thread on first use.
+
+    Raises ``RuntimeError`` once the interpreter is finalizing (a generator left open is
+    closed then): no thread starts, and the loop's own thread never runs again.
+    """
     global _loop
+    if sys.is_finalizing():
+        raise RuntimeError("the journal's event loop cannot run: the interpreter is exiting")
     with _lock:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()

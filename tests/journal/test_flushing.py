@@ -639,6 +639,26 @@ def run_program(source: str, cwd: Path) -> str:
     return done.stdout
 
 
+STREAM_LEFT_OPEN_AT_EXIT = """
+from langchain_core.messages import HumanMessage
+from deerflow_journal import RunJournal, open_sync_store
+from tests.journal.agents import add, agent_graph, ai, scripted
+
+store = open_sync_store("sqlite:///journal.db")
+graph = agent_graph(scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3")), [add])
+stream = graph.stream(
+    {"messages": [HumanMessage("1 + 2?")]}, {"callbacks": [RunJournal(event_store=store)]}
+)
+next(stream)  # neither exhausted nor closed: the interpreter closes it as it exits
+print("exiting with the stream open")
+"""
+
+
+def test_a_sync_stream_left_open_at_exit_does_not_hang_the_program(tmp_path: Path):
+    # The stream's run ends while the interpreter finalizes, when no thread can start or run.
+    assert run_program(STREAM_LEFT_OPEN_AT_EXIT, tmp_path) == "exiting with the stream open\n"
+
+
 def stored_run(directory: Path, run_id: str) -> tuple[list[str], Any]:
     """Event types and summary of thread ``owned``'s run in the default store of ``directory``."""
 
