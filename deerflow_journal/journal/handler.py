@@ -471,6 +471,7 @@ class RunJournal(GraphCallbackHandler):
             thread_id = self._thread_id or _config_thread_id(metadata) or run_id
             unbound = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.on_thread = bool(metadata and metadata.get("thread_id"))
+            state.lead_root = mapping.caller_from_tags(tags) == mapping.LEAD_AGENT
             self._bind(state)
             state.workspace_before = snapshot
             self._runs[_key(root)] = self._latest = state
@@ -759,7 +760,10 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Time the call; a lead-agent call whose prompt ends with a human message new in this
-        run records it as the run's one human input (a model called directly: its prompt)."""
+        run records it as the run's one human input (a model called directly: its prompt).
+        A subagent's or middleware's call before any of the lead agent's records the question
+        the run's inputs brought, if any, so that it comes before their answers (unless the
+        run's root itself is tagged as theirs)."""
         if parent_run_id is None:
             self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
@@ -768,22 +772,21 @@ class RunJournal(GraphCallbackHandler):
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
             state = self._llm_started(run_id, parent_run_id, caller)
-            if state is None or caller != mapping.LEAD_AGENT:
+            if state is None:
                 return
-            if structured:
-                state.structured[getattr(run_id, "int", run_id)] = mapping.schema_name(structured)
-            if state.outcomes.pending and messages:
-                # The prompt may hold answers no tool callback gave (ToolNode answers an
-                # unknown tool itself); looked for only here and at the run's end, which is
-                # before anything could follow them, and costs nothing on the common path.
-                changed = self._reconcile(state, messages[0])
+            if caller != mapping.LEAD_AGENT:
+                # Not in a run whose root is a subagent's or middleware's: its inputs are a
+                # task's prompt, not a user's question.
+                if (
+                    state.human_written
+                    or not state.lead_root
+                    or (asked := state.new_humans.asked()) is None
+                ):
+                    return
+                self._write_human(state, asked)
+                changed = True
             else:
-                changed = False
-            if not state.human_written:
-                human = mapping.latest_visible_human(messages)
-                if human is not None and state.new_humans.is_new(human, messages[0]):
-                    self._write_human(state, human)
-                    changed = True
+                changed = self._lead_agent_prompt(state, run_id, messages, structured)
         finally:
             self._lock.release()
         if changed:
@@ -791,6 +794,30 @@ class RunJournal(GraphCallbackHandler):
                 self._wrote_late(state)
             else:
                 self._writer.changed(state)
+
+    def _lead_agent_prompt(
+        self,
+        state: RunState,
+        run_id: UUID,
+        messages: list[list[BaseMessage]],
+        structured: Any,
+    ) -> bool:
+        """Note a lead-agent call's prompt (call with the lock held); True if it wrote."""
+        if structured:
+            state.structured[getattr(run_id, "int", run_id)] = mapping.schema_name(structured)
+        if state.outcomes.pending and messages:
+            # The prompt may hold answers no tool callback gave (ToolNode answers an
+            # unknown tool itself); looked for only here and at the run's end, which is
+            # before anything could follow them, and costs nothing on the common path.
+            changed = self._reconcile(state, messages[0])
+        else:
+            changed = False
+        if not state.human_written:
+            human = mapping.latest_visible_human(messages)
+            if human is not None and state.new_humans.is_new(human, messages[0]):
+                self._write_human(state, human)
+                changed = True
+        return changed
 
     def _write_human(self, state: RunState, human: HumanMessage) -> None:
         """Write the run's one ``llm.human.input`` (call with the lock held)."""

@@ -64,6 +64,7 @@ class NewHumans:
 
     __slots__ = (
         "_added",
+        "_asked",
         "_first",
         "_first_seen",
         "_inputs",
@@ -82,6 +83,7 @@ class NewHumans:
         self._first_seen = False
         self._old_texts: Counter[str] | None = None  # for the humans without an id
         self._added: set[str] = set()  # texts of humans added before the state was seen
+        self._asked: HumanMessage | bool | None = False  # False: not looked for yet
         #: True once a nested chain started from the run's state (read at every chain).
         self.state_seen = False
 
@@ -158,6 +160,12 @@ class NewHumans:
         brought.update(self._added)
         return brought
 
+    def asked(self) -> HumanMessage | None:
+        """``last_input()``, looked for once: the question the run's inputs brought."""
+        if self._asked is False:
+            self._asked = self.last_input()
+        return self._asked
+
     def last_input(self) -> HumanMessage | None:
         """The last visible human message the run's inputs brought, if any."""
         objects, texts = input_messages(self._inputs)
@@ -196,6 +204,7 @@ class RunState:
     new_humans: NewHumans = field(default_factory=NewHumans)
     human_written: bool = False  # the run's one ``llm.human.input`` is written
     on_thread: bool = False  # the root config names a LangGraph thread (a checkpoint to resume)
+    lead_root: bool = True  # the root is not tagged as a subagent's or middleware's
     memory_recorded: bool = False
     usage: TokenUsage = field(default_factory=TokenUsage)
     outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)

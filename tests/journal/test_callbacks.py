@@ -274,6 +274,28 @@ async def test_a_question_without_text_is_written_and_leaves_first_human_message
     assert journal.summary().first_human_message is None
 
 
+@pytest.mark.parametrize("lead_agent_answers", [True, False], ids=["then-the-lead", "alone"])
+async def test_a_tagged_agent_answering_first_comes_after_the_question(lead_agent_answers):
+    # A planner (or, in a swarm, the agent a turn goes to) tagged as a subagent answers
+    # before the lead agent, or instead of it.
+    builder = StateGraph(MessagesState)
+    builder.add_node("planner", model_node(scripted(ai("plan: add")), ["subagent:planner"]))
+    builder.add_edge(START, "planner")
+    if lead_agent_answers:
+        builder.add_node("agent", model_node(scripted(ai("3"))))
+        builder.add_edge("planner", "agent")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(builder.compile(), journal)
+    events = await run_events(journal, flush=True)
+    assert [(e["event_type"], e["metadata"].get("caller")) for e in events[:3]] == [
+        ("run.start", "lead_agent"),
+        ("llm.human.input", "lead_agent"),
+        ("llm.ai.response", "subagent:planner"),
+    ]
+    assert len(of_type(events, "llm.human.input")) == 1
+    assert journal.summary().first_human_message == "What is 1 + 2?"
+
+
 async def test_only_the_first_lead_agent_call_records_the_human_input():
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(agent_graph(scripted(*tool_script())), journal)
@@ -297,8 +319,9 @@ async def test_middleware_model_calls_are_attributed_and_bucketed():
     journal = RunJournal(event_store=MemoryRunEventStore())
     await journaled(graph, journal)
     events = await run_events(journal, flush=True)
-    assert types(events) == ["run.start", "llm.ai.response", "run.end"]
-    assert events[1]["metadata"]["caller"] == "middleware:summarize"
+    # The question the run's inputs brought comes first, though no lead agent call saw it.
+    assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert events[2]["metadata"]["caller"] == "middleware:summarize"
     summary = journal.summary()
     assert (summary.middleware_tokens, summary.lead_agent_tokens) == (8, 0)
     assert summary.last_ai_message is None

@@ -209,15 +209,15 @@ async def test_subgraph_tagged_as_a_subagent_lands_in_the_subagent_bucket(store)
     sequence, summary = await stored(journal)
     assert sequence == [
         "run.start",
+        "llm.human.input",  # the question comes before the subagent's answers
         "llm.ai.response",
         "llm.tool.result",
         "llm.ai.response",
-        "llm.human.input",
         "llm.ai.response",
         "run.end",
     ]
     callers = [e["metadata"].get("caller") for e in await run_events(journal)]
-    assert callers[1:4] == ["subagent:research"] * 3
+    assert callers[2:5] == ["subagent:research"] * 3
     assert callers[5] == "lead_agent"
     assert (summary.subagent_tokens, summary.lead_agent_tokens, summary.total_tokens) == (
         20,
