@@ -631,6 +631,8 @@ class EventBuffer:
             try:
                 written = await self._send(batch, carried)
                 self._sending = None
+                if carried:
+                    self._in_flight_summaries = []
                 summaries_written = summaries_written or (written and bool(carried))
             except BaseException as exc:
                 instead = self._refused(batch, carried or batch.summaries or [], exc)
@@ -654,6 +656,7 @@ class EventBuffer:
                 elif last and not batch.events:
                     summaries = []
                 queue.extendleft(reversed(instead))
+                self._sending = None  # what it held is in the queue again (or dropped)
         try:
             if close_after:
                 await self.store._release()  # the journal's own store: reopens on use
@@ -1047,8 +1050,14 @@ class EventBuffer:
             unsure = sending + queued + ([] if self._unsure is None else self._unsure.events)
             unwritten = unsure + self._events
             summaries = len(building) - len(built)
+            # Those a write carries, unless newer are pending or they came from their file
+            # (kept there).
             pending = {key for key, _ in building}
-            built += [data for key, _, data in self._in_flight_summaries if key not in pending]
+            built += [
+                data
+                for key, build, data in self._in_flight_summaries
+                if key not in pending and build is not _spilled_summary
+            ]
             try:
                 saved = self._spill.save(_timestamped(event) for event in unwritten)
             except Exception as exc:  # the disk is full, say: what is lost is said
