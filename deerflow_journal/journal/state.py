@@ -130,6 +130,8 @@ class NewHumans:
         return message.id not in self._old_ids
 
     def _is_new_text(self, message: BaseMessage, prompt: Sequence[BaseMessage]) -> bool:
+        if self._first is None and self._old_texts is None:  # not resumed: every one is new
+            return True
         if self._old_texts is None:
             old: Counter[str] = Counter()
             first = node_state(self._first)
