@@ -216,8 +216,9 @@ _EXIT_WAIT = 2.0
 
 @atexit.register
 def _save_at_exit() -> None:
+    deadline = time.monotonic() + _EXIT_WAIT  # one wait for all: a journal per request
     for buffer in list(_STRANDED):
-        buffer.save_at_exit()
+        buffer.save_at_exit(deadline)
 
 
 # Per caller loop: the buffers that wrote on it, and the async generator that writes what
@@ -616,7 +617,10 @@ class EventBuffer:
             self._dropped([event], error, _why_unspillable(error))
         summaries_written = False
         while queue:
-            batch = queue.popleft()
+            if self._saved:  # the exit saved what the queue holds: sending it would repeat it
+                break
+            batch = self._sending = queue[0]  # held before it leaves the queue: never in neither
+            queue.popleft()
             if len(batch.events) > _MAX_BATCH and not batch.sent:  # a backlog: in parts
                 queue.appendleft(_Batch(batch.events[_MAX_BATCH:]))
                 batch.events = batch.events[:_MAX_BATCH]
@@ -627,7 +631,7 @@ class EventBuffer:
             if not batch.events and not batch.summaries and (not carried or summaries_written):
                 continue
             batch.sent = True
-            self._sending = batch
+            self._sending = batch  # a backlog's first part
             try:
                 written = await self._send(batch, carried)
                 self._sending = None
@@ -1023,15 +1027,21 @@ class EventBuffer:
         unsure = [] if self._unsure is None else self._unsure.events
         return unsure + self._events
 
-    def save_at_exit(self) -> None:
+    def save_at_exit(self, deadline: float | None = None) -> None:
         """Save every event not written to a file (those in memory first), say at ERROR where
-        it is, and write nothing more: the program exits."""
+        it is, and write nothing more: the program exits. A write running on another thread's
+        loop is waited for until ``deadline`` (``time.monotonic()``; ``None``: not at all)."""
         write = self._write
-        if write is not None and not write.future.done() and write.loop.is_running():
-            # A write (a timed retry, say) runs on a loop of another thread: it may end, and
-            # then what it took is stored, or back in memory to be saved.
+        if (
+            deadline is not None
+            and write is not None
+            and not write.future.done()
+            and write.loop.is_running()
+        ):
+            # A write (a timed retry, say) may end: then what it took is stored, or back in
+            # memory to be saved.
             with contextlib.suppress(BaseException):
-                write.wait_blocking(_EXIT_WAIT)
+                write.wait_blocking(max(0.0, deadline - time.monotonic()))
         # A daemon thread may hold a lock for good at exit: then read racily, and a summary
         # whose run is locked is lost. Built first: builders take the journal's lock first.
         locked = self._lock.acquire(timeout=1.0)
