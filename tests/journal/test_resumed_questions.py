@@ -208,22 +208,31 @@ async def test_a_plain_list_agent_resumed_after_an_interrupt_writes_its_question
     assert await resumed_humans(store, graph, question, "plain") == ["Book a trip"]
 
 
-async def test_a_question_a_resumed_node_adds_without_an_id_is_written(store):
-    model = scripted(ai("Booked."))
-
-    def clarify(state: PlainMessages) -> dict[str, Any]:
-        city = interrupt("Which city?")
-        return {"messages": [*state["messages"], HumanMessage(f"Book it for {city}")]}
+def ask_then_answer(ask: Any, model: ScriptedChatModel, *, until_done: bool = False) -> Any:
+    """A plain-list graph: the node ``ask`` (which interrupts), then ``model`` on the messages;
+    ``until_done``: back to ``ask`` until the model says "done"."""
 
     def agent(state: PlainMessages) -> dict[str, Any]:
         return {"messages": [*state["messages"], model.invoke(state["messages"])]}
 
     graph = StateGraph(PlainMessages)
-    graph.add_node("clarify", clarify)
+    graph.add_node("ask", ask)
     graph.add_node("agent", agent)
-    graph.add_edge(START, "clarify")
-    graph.add_edge("clarify", "agent")
-    compiled = graph.compile(checkpointer=InMemorySaver())
+    graph.add_edge(START, "ask")
+    graph.add_edge("ask", "agent")
+    if until_done:
+        graph.add_conditional_edges(
+            "agent", lambda state: END if state["messages"][-1].content == "done" else "ask"
+        )
+    return graph.compile(checkpointer=InMemorySaver())
+
+
+async def test_a_question_a_resumed_node_adds_without_an_id_is_written(store):
+    def clarify(state: PlainMessages) -> dict[str, Any]:
+        city = interrupt("Which city?")
+        return {"messages": [*state["messages"], HumanMessage(f"Book it for {city}")]}
+
+    compiled = ask_then_answer(clarify, scripted(ai("Booked.")))
     journal = RunJournal(event_store=store)
     config: Any = {"callbacks": [journal], "configurable": {"thread_id": "clarified"}}
     await compiled.ainvoke({"messages": [HumanMessage("Book a trip")]}, config)
@@ -249,23 +258,10 @@ async def test_a_question_a_functional_agent_builds_from_its_input_is_written(st
 
 
 async def test_an_answer_given_twice_in_a_row_is_new_each_time(store):
-    model = scripted(ai("step 1"), ai("done"))
-
     def confirm(state: PlainMessages) -> dict[str, Any]:
         return {"messages": [*state["messages"], HumanMessage(interrupt("Go on?"))]}
 
-    def agent(state: PlainMessages) -> dict[str, Any]:
-        return {"messages": [*state["messages"], model.invoke(state["messages"])]}
-
-    graph = StateGraph(PlainMessages)
-    graph.add_node("confirm", confirm)
-    graph.add_node("agent", agent)
-    graph.add_edge(START, "confirm")
-    graph.add_edge("confirm", "agent")
-    graph.add_conditional_edges(
-        "agent", lambda state: END if state["messages"][-1].content == "done" else "confirm"
-    )
-    compiled = graph.compile(checkpointer=InMemorySaver())
+    compiled = ask_then_answer(confirm, scripted(ai("step 1"), ai("done")), until_done=True)
     journal = RunJournal(event_store=store)
     config: Any = {"callbacks": [journal], "configurable": {"thread_id": "twice"}}
     await compiled.ainvoke({"messages": [HumanMessage("Deploy")]}, config)
