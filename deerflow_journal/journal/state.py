@@ -140,7 +140,7 @@ class NewHumans:
                     message_text(m) for m in messages_in(first) if isinstance(m, HumanMessage)
                 )
                 old.update(loose_human_texts(first))
-                for text in self._brought() | self._added:
+                for text in self._brought():
                     del old[text]
             self._old_texts, self._first = old, None
         text = message_text(message)
@@ -155,7 +155,8 @@ class NewHumans:
         return asked > old_count
 
     def _brought(self) -> set[str]:
-        """The texts of the human messages the run's inputs brought."""
+        """The texts of the human messages the run's inputs brought, or a nested chain
+        ending before the run's state was seen added."""
         objects, texts = input_messages(self._inputs)
         brought = {message_text(m) for m in objects if isinstance(m, HumanMessage)}
         brought.update(texts)
