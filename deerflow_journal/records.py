@@ -569,15 +569,10 @@ def _fit_strings(value: Any, text: str, limit: int) -> str | None:
         return rest + sum(_json_length(string[:length]) for _, _, string in long) <= limit
 
     # A character takes one or more: no string longer than the limit fits.
-    low, high = FIT_KEEPS_WHOLE, min(max((len(string) for _, _, string in long), default=0), limit)
-    if not long or not fits(low):
+    high = min(max((len(string) for _, _, string in long), default=0), limit)
+    low = _longest_fitting(FIT_KEEPS_WHOLE, high, fits) if long else None
+    if low is None:
         return None
-    while low < high:
-        middle = (low + high + 1) // 2
-        if fits(middle):
-            low = middle
-        else:
-            high = middle - 1
     if long[0][0] is None:
         value = long[0][2][:low]
     else:
@@ -603,18 +598,29 @@ def _fit_largest_field(value: Any, limit: int) -> str | None:
     room = limit - (len(whole) - sizes[largest])  # what the largest field may take
     field = value[largest]
     field_text = field if isinstance(field, str) else orjson.dumps(field).decode()
-    low, high = 0, min(len(field_text), limit)
-    if _json_length(field_text[:low]) > room:
+    # The longest start of its text that fits, as a JSON string.
+    length = _longest_fitting(
+        0, min(len(field_text), limit), lambda n: _json_length(field_text[:n]) <= room
+    )
+    if length is None:
         return None
-    while low < high:  # the longest start of its text that fits, as a JSON string
+    value[largest] = field_text[:length]
+    fitted = orjson.dumps(value).decode()
+    return fitted if len(fitted) <= limit else None
+
+
+def _longest_fitting(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
+    """The largest ``n`` from ``low`` to ``high`` for which ``fits(n)`` (true up to some ``n``,
+    false past it); ``None`` if not even ``low`` fits."""
+    if not fits(low):
+        return None
+    while low < high:
         middle = (low + high + 1) // 2
-        if _json_length(field_text[:middle]) <= room:
+        if fits(middle):
             low = middle
         else:
             high = middle - 1
-    value[largest] = field_text[:low]
-    fitted = orjson.dumps(value).decode()
-    return fitted if len(fitted) <= limit else None
+    return low
 
 
 def _json_length(string: str) -> int:

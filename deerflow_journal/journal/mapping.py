@@ -506,14 +506,18 @@ def input_messages(inputs: Any) -> tuple[list[BaseMessage], list[str]]:
     for item in inputs if isinstance(inputs, list) else [inputs]:  # as add_messages does
         if isinstance(item, BaseMessage):
             objects.append(item)
-            continue
-        try:
-            (message,) = convert_to_messages([item])
-        except Exception:  # not message-like: nothing it could bring
-            continue
-        if isinstance(message, HumanMessage):
-            texts.append(message_text(message))
+        elif (text := _human_text(item)) is not None:
+            texts.append(text)
     return objects, texts
+
+
+def _human_text(item: Any) -> str | None:
+    """The text of ``item`` if LangChain makes a human message of it, else ``None``."""
+    try:
+        (message,) = convert_to_messages([item])
+    except Exception:  # not message-like
+        return None
+    return message_text(message) if isinstance(message, HumanMessage) else None
 
 
 def loose_human_texts(value: Any) -> list[str]:
@@ -531,14 +535,8 @@ def loose_human_texts(value: Any) -> list[str]:
         if not isinstance(items, list):
             continue
         for item in items:
-            if not isinstance(item, dict | tuple):
-                continue
-            try:
-                (message,) = convert_to_messages([item])
-            except Exception:  # not message-like
-                continue
-            if isinstance(message, HumanMessage):
-                texts.append(message_text(message))
+            if isinstance(item, dict | tuple) and (text := _human_text(item)) is not None:
+                texts.append(text)
     return texts
 
 

@@ -110,7 +110,7 @@ class NewHumans:
             if isinstance(message, HumanMessage):
                 self._added.add(message_text(message))
 
-    def is_new(self, message: BaseMessage, prompt: Sequence[BaseMessage] = ()) -> bool:
+    def is_new(self, message: BaseMessage, prompt: Sequence[BaseMessage]) -> bool:
         """True if ``message`` (the latest human of ``prompt``) was not in the state the run
         resumed from."""
         if message.id is None:

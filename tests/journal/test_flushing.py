@@ -11,9 +11,9 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
@@ -33,6 +33,7 @@ from deerflow_journal.stores.base import Write, Written
 from tests.journal.agents import QUESTION, agent_graph, ai, run_events, scripted
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 
 class FlakyStore(MemoryRunEventStore):
@@ -437,6 +438,15 @@ def test_a_store_error_under_invoke_never_breaks_the_graph_and_close_retries():
     assert len(asyncio.run(run_events(journal))) == 4
 
 
+def eventually(read: Callable[[], T], done: Callable[[T], bool]) -> T:
+    """``read()`` again until ``done`` says so, for a minute at most (how long a loaded
+    machine may take, not a speed bound); the last read."""
+    deadline = time.monotonic() + 60
+    while not done(value := read()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
 def test_a_failed_write_under_invoke_reaches_the_store_once_it_is_back(monkeypatch):
     from deerflow_journal.journal import buffer
 
@@ -447,9 +457,7 @@ def test_a_failed_write_under_invoke_reaches_the_store_once_it_is_back(monkeypat
     agent_graph(scripted(ai("ok"))).invoke(QUESTION, {"callbacks": [journal]})
     store.every = 0
     # Nothing flushes or closes the journal: its own loop retries the write that failed.
-    deadline = time.monotonic() + 60  # how long a loaded machine may take, not a speed bound
-    while len(events := asyncio.run(run_events(journal))) < 4 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    events = eventually(lambda: asyncio.run(run_events(journal)), lambda read: len(read) >= 4)
     assert [e["event_type"] for e in events] == [
         "run.start",
         "llm.human.input",
@@ -473,12 +481,10 @@ def test_timed_retries_go_on_after_the_loop_of_the_first_one_ended(monkeypatch):
     asyncio.run(first())
     agent_graph(scripted(ai("two"))).invoke(QUESTION, {"callbacks": [journal]})
     store.every = 0
-    deadline = time.monotonic() + 60  # how long a loaded machine may take, not a speed bound
-    while store.failures < 100 and time.monotonic() < deadline:
-        threads = asyncio.run(store.list_threads())
-        if len(threads) == 2 and all(t.run_count == 1 for t in threads):
-            break
-        time.sleep(0.01)
+    threads = eventually(
+        lambda: asyncio.run(store.list_threads()),
+        lambda read: len(read) == 2 and all(t.run_count == 1 for t in read),
+    )
     runs = [asyncio.run(store.list_run_summaries(t.thread_id)) for t in threads]
     assert sorted(r.last_ai_message for (r,) in runs) == ["one", "two"]
 
@@ -499,7 +505,9 @@ async def test_a_closed_journal_makes_no_timed_retries_until_it_is_used_again(mo
     await asyncio.sleep(0.3)
     assert store.batches == tried
     await agent_graph(scripted(ai("two"))).ainvoke(QUESTION, {"callbacks": [journal]})
-    await asyncio.sleep(0.3)
+    deadline = time.monotonic() + 60  # how long a loaded machine may take, not a speed bound
+    while store.batches <= tried + 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     assert store.batches > tried + 2  # the run's own write, then timed retries
 
 
