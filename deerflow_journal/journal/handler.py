@@ -898,6 +898,8 @@ class RunJournal(GraphCallbackHandler):
                         text = mapping.message_text(message)
                     if text.strip():  # the last lead-agent response with text
                         state.last_ai_message = text[: mapping.LAST_AI_MESSAGE_MAX_CHARS]
+                elif message.tool_calls and state.outcomes.answers:
+                    state.outcomes.requested(message.tool_calls, caller)
             if self.track_token_usage:
                 model = mapping.model_name(messages[0]) if messages else "unknown"
                 # One usage per call: with several choices (n > 1) each carries all of it.

@@ -29,14 +29,18 @@ class ToolCallOutcomes:
         #: number its calls as the lead agent's does), until the run closes.
         self.answers: dict[tuple[str, str], Any] = {}
 
-    def requested(self, tool_calls: Iterable[Mapping[str, Any]]) -> None:
-        """Start waiting for an outcome of each call (calls without an id cannot be matched)."""
+    def requested(self, tool_calls: Iterable[Mapping[str, Any]], caller: str = LEAD_AGENT) -> None:
+        """Start waiting for an outcome of each lead-agent call (calls without an id cannot be
+        matched); a call of any caller forgets the latest answer to its id."""
+        lead = caller == LEAD_AGENT
         for call in tool_calls:
             call_id = call.get("id")
             if isinstance(call_id, str) and call_id:
-                self.pending[call_id] = (call.get("name"), None)
-                # A model may use an id again: a new call. Only the lead agent's are requested.
-                self.answers.pop((LEAD_AGENT, call_id), None)
+                if lead:
+                    self.pending[call_id] = (call.get("name"), None)
+                # A model may use an id again (some number their calls afresh each turn): a
+                # new call, whose answer is written even if it repeats the last one.
+                self.answers.pop((caller, call_id), None)
 
     def resolve(self, tool_call_id: str | None) -> bool:
         """Mark a call as ended (dropping an error a retry made good); False if not pending."""

@@ -741,17 +741,29 @@ async def test_parallel_subagents_sharing_a_call_id_keep_each_outcome():
     assert sorted(outcomes) == [("llm.tool.result", "call_0"), ("tool.error", "call_0")]
 
 
-async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result():
+@pytest.mark.parametrize("caller", ["lead_agent", "subagent:research"])
+async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result(caller: str):
     """Some models number their calls afresh each turn: the same id asked for again, and
-    answered alike, is a second call and a second result."""
+    answered alike, is a second call and a second result, the lead agent's or a subagent's."""
     same = ("add", {"a": 1, "b": 2}, "call_0")
     journal = RunJournal(event_store=MemoryRunEventStore())
     model = scripted(ai("", calls=[same]), ai("", calls=[same]), ai("3"))
-    state = await journaled(agent_graph(model), journal)
+    graph = agent_graph(model)
+    if caller != "lead_agent":  # the whole agent tagged, as a node of the lead's graph
+        outer = StateGraph(MessagesState)
+        outer.add_node("research", graph.with_config(tags=[caller]))
+        outer.add_edge(START, "research")
+        graph = outer.compile()
+    state = await journaled(graph, journal)
     events = await run_events(journal, flush=True)
     results = of_type(events, "llm.tool.result")
-    assert [r["content"]["content"] for r in results] == ["3", "3"]
-    assert journal.summary().message_count == len(state["messages"]) == 6
+    assert [(r["metadata"]["caller"], r["content"]["content"]) for r in results] == [
+        (caller, "3"),
+        (caller, "3"),
+    ]
+    assert sum(m.type == "tool" for m in state["messages"]) == 2
+    if caller == "lead_agent":
+        assert journal.summary().message_count == len(state["messages"]) == 6
 
 
 async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_answers():
