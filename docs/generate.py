@@ -77,8 +77,11 @@ WRITTEN_BY: dict[str, str] = {
         "`ToolNode` answering an unknown tool) is written by `_reconcile`, from the next "
         "lead-agent prompt (`on_chat_model_start`) or the root outputs (`_end_run`). Of a "
         "`Command` update, only the messages that the state the tool's node started from "
-        "does not hold (`_new_messages`: a handoff repeats that whole state); an answer "
-        "the same as the call's last one (its tools node retried) is not written again "
+        "does not hold (`_new_messages`: a handoff repeats that whole state). A result waits "
+        "for the chain that made its call (a graph node) to end, or for a model call "
+        "(`ToolCallOutcomes.returned`, `chain_ended`): a node attempt that fails holds its "
+        "results like errors, and its retry's answer replaces them, so a call keeps the answer "
+        "the graph kept; an answer the same as the call's last one is not written again "
         "(`ToolCallOutcomes.answered`)."
     ),
     "llm.error": "`RunJournal.on_llm_error` -> `mapping.llm_error_event`.",

@@ -287,6 +287,16 @@ class RunJournal(GraphCallbackHandler):
         else:
             state.unbound_events.append(event)
 
+    def _write_outcomes(self, state: RunState, caller: str | None = None) -> None:
+        """Write the tool outcomes held for a retry (of ``caller``'s calls, or all) and the
+        results waiting for their chain to end: a model call or the run's end follows them."""
+        outcomes = state.outcomes
+        for event in outcomes.settle(caller):
+            self._emit(state, event)
+        if outcomes.attempts:
+            for event in outcomes.returned_so_far():
+                self._emit_own(state, event)
+
     def _bind(self, state: RunState) -> None:
         """Remember a run just bound to its ids (the latest few)."""
         self._bound[(state.thread_id, state.run_id)] = state
@@ -504,8 +514,23 @@ class RunJournal(GraphCallbackHandler):
             key = getattr(run_id, "int", run_id)
             state = self._runs.pop(key, None)  # one atomic pop
             self._chain_inputs.pop(key, None)
-            if state is not None and not state.new_humans.state_seen:
-                state.new_humans.saw_outputs(outputs)
+            if state is not None:
+                if not state.new_humans.state_seen:
+                    state.new_humans.saw_outputs(outputs)
+                if state.outcomes.attempts:
+                    self._chain_ended(state, key, failed=False)
+
+    def _chain_ended(self, state: RunState, key: Hashable, *, failed: bool) -> None:
+        """Write the results of the tool calls a chain made, now that it ended; a failed
+        chain's are held (call without the lock)."""
+        with self._lock:
+            events = state.outcomes.chain_ended(key, failed=failed)
+            for event in events:
+                self._emit_own(state, event)
+        if events and state.closed:
+            self._wrote_late(state)
+        elif events and self._writer.progress is not None:
+            self._writer.changed(state)
 
     def _reconcile(self, state: RunState, messages: Iterable[BaseMessage]) -> bool:
         """Write ``llm.tool.result`` for each tool message answering a pending call that no
@@ -528,13 +553,16 @@ class RunJournal(GraphCallbackHandler):
         parent_run_id: UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        """End the run at its root chain with ``run.error``; nested errors add nothing."""
+        """End the run at its root chain with ``run.error``; a nested chain's error holds the
+        results of the tool calls it made (its graph node may be retried)."""
         if parent_run_id is None:
             self._end_run(run_id, None, error)
         else:
             key = getattr(run_id, "int", run_id)
-            self._runs.pop(key, None)
+            state = self._runs.pop(key, None)
             self._chain_inputs.pop(key, None)
+            if state is not None and state.outcomes.attempts:
+                self._chain_ended(state, key, failed=True)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
@@ -583,8 +611,7 @@ class RunJournal(GraphCallbackHandler):
         (call without the lock). Tool errors are not held for a retry then: the run's end
         settled those."""
         with self._lock:
-            for event in state.outcomes.settle():
-                self._emit(state, event)
+            self._write_outcomes(state)
             # Under a fixed run id a later run may hold the same ids: its summary is kept.
             holder = self._bound.get((state.thread_id, state.run_id))
             if holder is None or holder is state:
@@ -611,8 +638,7 @@ class RunJournal(GraphCallbackHandler):
                 asked = state.new_humans.last_input()
                 if asked is not None:
                     self._write_human(state, asked)
-            for event in state.outcomes.settle():
-                self._emit(state, event)
+            self._write_outcomes(state)
             if workspace_event is not None:
                 self._emit(state, workspace_event)
             for tool_call_id, name, stopped_by in state.outcomes.unresolved(state.status):
@@ -737,15 +763,16 @@ class RunJournal(GraphCallbackHandler):
     def _llm_started(
         self, run_id: UUID, parent_run_id: UUID | None, caller: str
     ) -> RunState | None:
-        """Time a model call; the caller's held tool errors can no longer be retried."""
+        """Time a model call: the caller's held tool outcomes can no longer be retried, and
+        the results still waiting for their chain came before it."""
         owner = run_id if parent_run_id is None else parent_run_id  # _own_run, inlined
         state = self._runs.get(getattr(owner, "int", owner))
         if state is not None:
             state.llm_calls += 1
             state.llm_starts[getattr(run_id, "int", run_id)] = (time.monotonic(), state.llm_calls)
-            if state.outcomes.held:  # most calls follow no held tool error
-                for event in state.outcomes.settle(caller):
-                    self._emit(state, event)
+            outcomes = state.outcomes
+            if outcomes.held or outcomes.attempts:  # most calls follow none
+                self._write_outcomes(state, caller)
         return state
 
     def on_chat_model_start(
@@ -1004,17 +1031,28 @@ class RunJournal(GraphCallbackHandler):
             elif type(output) is not ToolMessage and messages:  # a Command's update
                 messages = self._new_messages(parent_run_id, messages)
             outcomes = state.outcomes
+            # The chain that made the call (a graph node) may still fail, and be run again;
+            # not the run's root: its end ends the run.
+            chain = None if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
+            root = state.root
+            waits = chain in runs and chain != getattr(root, "int", root) and not state.closed
+            written = False
             for message in messages:
                 call_id = getattr(message, "tool_call_id", None)
                 if outcomes.answered(call_id, message.content, caller):
-                    self._emit_own(state, mapping.tool_result_event(message, caller))
+                    event = mapping.tool_result_event(message, caller)
+                    if waits:
+                        outcomes.returned(chain, call_id, caller, event)
+                    else:
+                        self._emit_own(state, event)
+                        written = True
         finally:
             self._lock.release()
         if parent_run_id is None:
             self._leaf_ended(state, run_id, output, None)
         elif state.closed:  # a call left running when its run ended
             self._wrote_late(state)
-        elif messages and self._writer.progress is not None:
+        elif written and self._writer.progress is not None:
             self._writer.changed(state)
 
     def _new_messages(
@@ -1231,8 +1269,7 @@ class RunJournal(GraphCallbackHandler):
         """Give every recorded event a run it can be written under, now."""
         with self._lock:
             for state in {id(state): state for state in self._runs.values()}.values():
-                for event in state.outcomes.settle():
-                    self._emit(state, event)
+                self._write_outcomes(state)
             waiting = self._next
             if self._run_id is None or waiting is None or not waiting.unbound_events:
                 return

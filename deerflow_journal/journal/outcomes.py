@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from deerflow_journal.journal.mapping import LEAD_AGENT
@@ -15,10 +15,13 @@ class ToolCallOutcomes:
     """The lead agent's requested tool calls that have no result or error yet, in order.
 
     A tool error is held back until the call can no longer be retried (the caller's next
-    model call, or the run's end): a retry that succeeds replaces it with its result.
+    model call, or the run's end): a retry that succeeds replaces it with its result. A result
+    waits for the chain that made the call (a graph node) to end: if that attempt fails, the
+    graph may run the node again (a retry policy) and drop its output, so the result is held
+    like an error and a retry's answer replaces it.
     """
 
-    __slots__ = ("answers", "held", "pending")
+    __slots__ = ("answers", "attempts", "held", "pending")
 
     def __init__(self) -> None:
         #: Requested calls without an outcome: id -> (tool name, the control flow that stopped it).
@@ -28,6 +31,9 @@ class ToolCallOutcomes:
         #: The content of each call's latest result, by caller and id (a subagent's model may
         #: number its calls as the lead agent's does), until the run closes.
         self.answers: dict[tuple[str, str], Any] = {}
+        #: Results waiting for the chain that made their call to end, in the order they came:
+        #: (that chain's key, tool call id, caller, ``llm.tool.result``).
+        self.attempts: list[tuple[Hashable, str | None, str, Mapping[str, Any]]] = []
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]], caller: str = LEAD_AGENT) -> None:
         """Start waiting for an outcome of each lead-agent call (calls without an id cannot be
@@ -85,6 +91,36 @@ class ToolCallOutcomes:
         if tool_call_id in self.pending:
             self.held.pop(tool_call_id, None)
             self.pending[tool_call_id] = (self.pending[tool_call_id][0], status)
+
+    def returned(
+        self, chain: Hashable, tool_call_id: str | None, caller: str, event: Mapping[str, Any]
+    ) -> None:
+        """Keep a result until ``chain``, which made its call, ends."""
+        self.attempts.append((chain, tool_call_id, caller, event))
+
+    def chain_ended(self, chain: Hashable, *, failed: bool) -> list[Mapping[str, Any]]:
+        """Return the results of ``chain``'s calls to write now; a failed chain's are held (a
+        retry of it answers its calls again: the latest answer is written, once)."""
+        ended = [attempt for attempt in self.attempts if attempt[0] == chain]
+        if not ended:
+            return []
+        self.attempts = [attempt for attempt in self.attempts if attempt[0] != chain]
+        if not failed:
+            return [event for _, _, _, event in ended]
+        written = []
+        for _, tool_call_id, caller, event in ended:
+            if tool_call_id:
+                self.held[tool_call_id] = (caller, event)
+                self.answers.pop((caller, tool_call_id), None)  # a retry's like answer is new
+            else:  # no retry can be matched to it
+                written.append(event)
+        return written
+
+    def returned_so_far(self) -> list[Mapping[str, Any]]:
+        """Return every result still waiting for its chain (a model call or the run's end
+        comes after them)."""
+        waiting, self.attempts = self.attempts, []
+        return [event for _, _, _, event in waiting]
 
     def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:
         """Hold the ``tool.error`` of a call made by ``caller`` (a later attempt replaces it)."""

@@ -492,17 +492,17 @@ def retried_tools_agent(failures: int) -> Any:
     return graph.compile()
 
 
-def retried_pair_agent(first: Any, tags: list[str] | None = None) -> Any:
+def retried_pair_agent(first: Any, tags: list[str] | None = None, failures: int = 1) -> Any:
     """A tool agent asking for two calls at once, ``first`` (called c1) and a fetch (c2) that
-    fails once; the tools node is retried, so ``first`` runs twice."""
+    fails ``failures`` times; the tools node is tried twice, so ``first`` runs twice."""
     attempts: list[str] = []
 
     @tool
     def fetch(url: str) -> str:
         """Fail at first, then work."""
         attempts.append(url)
-        if len(attempts) == 1:
-            raise ConnectionError("reset")
+        if len(attempts) <= failures:
+            raise ConnectionError(f"reset {len(attempts)}")
         return "<html/>"
 
     calls = [(first.name, {"a": 1, "b": 2} if first is add else {}, "c1")]
@@ -767,8 +767,8 @@ async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result(ca
 
 
 async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_answers():
-    """The state, and so the model, has the retry's answer: when it differs, it is written
-    too (nothing the model saw is lost)."""
+    """LangGraph drops what a failed attempt of a node returned: the call's one result is
+    the retry's answer, the one the state, and so the model, has."""
     tickets: list[str] = []
 
     @tool
@@ -781,8 +781,50 @@ async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_a
     state = await journaled(retried_pair_agent(stamp), journal)
     events = await run_events(journal, flush=True)
     answers = [e["content"]["content"] for e in of_type(events, "llm.tool.result")]
-    assert answers[:1] + answers[-2:] == ["ticket-1", "ticket-2", "<html/>"]
-    assert "ticket-2" in [m.content for m in state["messages"]]
+    assert answers == ["ticket-2", "<html/>"] and tickets == ["ticket-1", "ticket-2"]
+    assert answers == [m.content for m in state["messages"] if m.type == "tool"]
+    assert journal.summary().message_count == len(state["messages"]) == 5
+
+
+async def test_a_call_of_a_node_failing_every_retry_has_one_result_the_last():
+    """Each attempt of the tools node answers c1 anew and fails on c2: each call has one
+    outcome, c1 the last attempt's answer and c2 the last error."""
+    tickets: list[str] = []
+
+    @tool
+    def stamp() -> str:
+        """Return a new ticket number."""
+        tickets.append(f"ticket-{len(tickets) + 1}")
+        return tickets[-1]
+
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    with pytest.raises(ConnectionError):
+        await journaled(retried_pair_agent(stamp, failures=2), journal)
+    events = await run_events(journal, flush=True)
+    assert tickets == ["ticket-1", "ticket-2"]
+    assert outcomes_of(events) == [("tool.error", "c2"), ("llm.tool.result", "c1")]
+    assert [e["content"]["content"] for e in of_type(events, "llm.tool.result")] == ["ticket-2"]
+    assert of_type(events, "tool.error")[0]["content"]["error"] == "reset 2"
+    assert types(events)[-1] == "run.error"
+
+
+async def test_a_tool_result_a_node_gets_before_calling_its_model_comes_before_the_answer():
+    """Results wait for the node that made their call to end, but not past a model call:
+    that call came after them."""
+    model = scripted(ai("3"))
+
+    async def look_up_then_answer(state: MessagesState) -> dict[str, Any]:
+        call = {"name": "add", "args": {"a": 1, "b": 2}, "id": "t1", "type": "tool_call"}
+        found = await add.ainvoke(call)
+        return {"messages": [found, await model.ainvoke([*state["messages"], found])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("answer", look_up_then_answer)
+    graph.add_edge(START, "answer")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(graph.compile(), journal)
+    written = types(await run_events(journal, flush=True))
+    assert written.index("llm.tool.result") < written.index("llm.ai.response")
 
 
 async def test_a_retried_tool_call_that_succeeds_has_only_its_result():
