@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -150,8 +151,11 @@ def _middle(text: str, width: int) -> str:
     if width_of(text) <= width or width < 3:
         return text if width_of(text) <= width else fit(text, width)
     head = fit(text, (width + 1) // 2)[:-1]
-    tail = text[-(width - width_of(head) - 1) :]
-    return f"{head}…{tail}"
+    room, start = width - width_of(head) - 1, len(text)
+    while start > 0 and _char_width(text[start - 1]) <= room:  # columns, not characters
+        start -= 1
+        room -= _char_width(text[start])
+    return f"{head}…{text[start:]}"
 
 
 def _one_line(text: str) -> str:
@@ -266,11 +270,19 @@ def _no_thread(thread_id: str) -> CliError:
     )
 
 
+def _ids(*ids: str) -> str:
+    """Ids as arguments a shell passes on as they are (``--`` first if one starts with a
+    dash, which would read as an option)."""
+    dashes = "-- " if any(i.startswith("-") for i in ids) else ""
+    return dashes + " ".join(shlex.quote(i) for i in ids)
+
+
 def _no_run(store: SyncStore, thread_id: str, run_id: str) -> CliError:
     if not has_thread(store, thread_id):
         return _no_thread(thread_id)
     return CliError(
-        f"thread {thread_id!r} has no run {run_id!r}: `{PROG} runs {thread_id}` lists its runs"
+        f"thread {thread_id!r} has no run {run_id!r}: `{PROG} runs {_ids(thread_id)}` "
+        "lists its runs"
     )
 
 
@@ -314,8 +326,9 @@ def cmd_runs(args: argparse.Namespace, out: _Out) -> None:
     if not summaries:
         out.line("no runs" + (f" with status {args.status}" if args.status else ""))
         return
-    # Run ids stay whole (`show` needs them); a long thread id is cut in the middle. Tokens
-    # and the first message are left to `summary` when every thread's runs are listed.
+    # Run ids stay whole (`show` needs them), past the width if they must; a long thread id
+    # is cut in the middle. Tokens and the first message are left to `summary` when every
+    # thread's runs are listed.
     status_width = max(6, *(len(s.status) for s in summaries))
     tokens = max(6, *(len(str(s.total_tokens)) for s in summaries))
     one_thread = args.thread is not None
@@ -324,16 +337,16 @@ def cmd_runs(args: argparse.Namespace, out: _Out) -> None:
     out.line(out.paint(out.fit(title), _BOLD))
     for s in summaries:
         head = f"{_when(s.started_at)[:16]:<16}  {s.status:<{status_width}}  "
+        room = out.width - width_of(head) - width_of(s.run_id) - 2
         if one_thread:
             head += f"{s.total_tokens:>{tokens}}  "
+            room -= tokens + 2
             text = s.run_id
-            room = out.width - width_of(head) - width_of(text) - 2
             if s.first_human_message and room >= 20:  # a wide terminal has room for it
-                text += f"  {_one_line(s.first_human_message)}"
+                text += f"  {fit(_one_line(s.first_human_message), room)}"
         else:
-            room = out.width - width_of(head) - 2 - width_of(s.run_id)
             text = f"{_middle(s.thread_id, max(room, 9))}  {s.run_id}"
-        out.line(_paint_status(out, head, s.status) + fit(text, out.width - width_of(head)))
+        out.line(_paint_status(out, head, s.status) + text)
 
 
 def _paint_status(out: _Out, head: str, status: str) -> str:
@@ -368,7 +381,8 @@ def cmd_summary(args: argparse.Namespace, out: _Out) -> None:
             if store.list_events(args.thread, args.run, limit=1):
                 raise CliError(
                     f"run {args.run!r} of thread {args.thread!r} has no summary (its journal "
-                    f"never wrote one): `{PROG} show {args.thread} {args.run}` shows its events"
+                    f"never wrote one): `{PROG} show {_ids(args.thread, args.run)}` shows its "
+                    "events"
                 )
             raise _no_run(store, args.thread, args.run)
     if args.json:

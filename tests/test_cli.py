@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HANG_GUARD = 120  # seconds: a guard against a hang, not a time limit
 
 
-def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None):
-    """Run ``deerflow-journal args`` and return the finished process (text output)."""
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, whole: str = "\0"):
+    """Run ``deerflow-journal args`` and return the finished process (text output); its lines
+    fit 80 columns but those holding ``whole``, an id too long to fit that is printed whole."""
     done = subprocess.run(
         [sys.executable, "-m", "deerflow_journal", *args],
         capture_output=True,
@@ -40,7 +42,7 @@ def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None)
     )
     if not {"--json", "export"} & set(args):  # JSON lines are for programs
         for line in done.stdout.splitlines():
-            assert width_of(line) <= 80, line
+            assert width_of(line) <= 80 or whole in line, line
     return done
 
 
@@ -50,10 +52,11 @@ def ok(*args: str, **kwargs: Any) -> str:
     return done.stdout
 
 
-def mistake(*args: str, **kwargs: Any) -> str:
-    """The one line a user mistake prints on stderr (it exits non-zero, prints no result)."""
+def mistake(*args: str, status: int = 1, **kwargs: Any) -> str:
+    """The one line a user mistake prints on stderr (it exits with ``status``, 2 for what
+    argparse refuses, and prints no result)."""
     done = cli(*args, **kwargs)
-    assert done.returncode != 0
+    assert done.returncode == status
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
@@ -466,7 +469,7 @@ def test_each_mistake_prints_one_line_naming_the_fix(journal_db: str, tmp_path: 
     assert "has no run 'r1'" in mistake(*url, "export", "broken", "r1")
     # An id no store could hold is the user's mistake, not an unexpected error.
     for words in (["show", "a\tb", "r1"], ["runs", "x" * 129], ["summary", "broken", "r\x7f"]):
-        said = mistake(*url, *words)
+        said = mistake(*url, *words, status=2)
         assert "unexpected" not in said and "characters" in said, said
     assert "unknown store URL 'nosuch://x'" in mistake("--url", "nosuch://x", "threads")
     missing = mistake("--url", f"sqlite:///{tmp_path / 'none.db'}", "threads")
@@ -504,9 +507,55 @@ def test_each_mistake_prints_one_line_naming_the_fix(journal_db: str, tmp_path: 
     again = mistake("import", "-", *target, stdin=whole)
     assert f"already has run '{broken.run_id}' of thread 'broken'" in again
     # What argparse refuses is one line too.
-    assert "required: THREAD, RUN" in mistake(*url, "show")
-    assert "invalid choice: 'done'" in mistake(*url, "runs", "--status", "done")
-    assert "must be at least 1" in mistake(*url, "threads", "--limit", "0")
+    assert "required: THREAD, RUN" in mistake(*url, "show", status=2)
+    assert "invalid choice: 'done'" in mistake(*url, "runs", "--status", "done", status=2)
+    assert "must be at least 1" in mistake(*url, "threads", "--limit", "0", status=2)
+
+
+def test_a_hint_names_odd_ids_so_that_a_shell_passes_them_on(tmp_path: Path):
+    """Ids with spaces, or starting with a dash, are quoted in the command a hint suggests,
+    and that command works as pasted."""
+    url = f"sqlite:///{tmp_path / 'odd.db'}"
+
+    async def fill() -> None:
+        async with open_store(url) as store:
+            await store.put(
+                thread_id="my thread", run_id="-r1", event_type="run.start", category="trace"
+            )
+
+    asyncio.run(fill())
+    said = mistake("--url", url, "summary", "--", "my thread", "-r1")
+    assert "`deerflow-journal show -- 'my thread' -r1`" in said, said
+    assert "run.start" in ok("--url", url, "show", "--", "my thread", "-r1")
+    said = mistake("--url", url, "show", "--", "my thread", "r2")
+    assert "`deerflow-journal runs 'my thread'`" in said, said
+
+
+def test_wide_thread_ids_fit_the_line_and_run_ids_stay_whole(tmp_path: Path):
+    """A thread id of wide characters is cut to the columns left, and a run id too long for
+    the line is printed whole all the same (`show` needs it)."""
+    url = f"sqlite:///{tmp_path / 'wide.db'}"
+    wide, long_run = "漢" * 60, "job-" + "r" * 70 + "-end"
+    now = datetime.now(UTC)
+
+    async def fill() -> None:
+        async with open_store(url) as store:
+            for thread_id, run_id in ((wide, "r1"), ("t1", long_run)):
+                await store.put(
+                    thread_id=thread_id, run_id=run_id, event_type="run.start", category="trace"
+                )
+                await store.put_run_summary(
+                    RunSummary(thread_id=thread_id, run_id=run_id, status="success", started_at=now)
+                )
+
+    asyncio.run(fill())
+    threads = ok("--url", url, "threads").splitlines()
+    assert any("漢…漢" in line for line in threads), threads
+    runs = ok("--url", url, "runs", whole=long_run).splitlines()
+    assert any("漢…漢" in line and line.endswith("  r1") for line in runs), runs
+    assert any(line.endswith(f"  {long_run}") for line in runs), runs
+    one = ok("--url", url, "runs", "t1", whole=long_run).splitlines()
+    assert one[-1].endswith(f"  {long_run}"), one
 
 
 # -- terminals -----------------------------------------------------------------------------
