@@ -155,6 +155,8 @@ def _middle(text: str, width: int) -> str:
     while start > 0 and _char_width(text[start - 1]) <= room:  # columns, not characters
         start -= 1
         room -= _char_width(text[start])
+    while start < len(text) and unicodedata.combining(text[start]):  # it would mark the …
+        start += 1
     return f"{head}…{text[start:]}"
 
 
@@ -326,9 +328,9 @@ def cmd_runs(args: argparse.Namespace, out: _Out) -> None:
     if not summaries:
         out.line("no runs" + (f" with status {args.status}" if args.status else ""))
         return
-    # Run ids stay whole (`show` needs them), past the width if they must; a long thread id
-    # is cut in the middle. Tokens and the first message are left to `summary` when every
-    # thread's runs are listed.
+    # Run ids stay whole (`show` needs them) while the line can hold them: a long thread id is
+    # cut in the middle first, down to three columns. Tokens and the first message are left
+    # to `summary` when every thread's runs are listed.
     status_width = max(6, *(len(s.status) for s in summaries))
     tokens = max(6, *(len(str(s.total_tokens)) for s in summaries))
     one_thread = args.thread is not None
@@ -345,8 +347,8 @@ def cmd_runs(args: argparse.Namespace, out: _Out) -> None:
             if s.first_human_message and room >= 20:  # a wide terminal has room for it
                 text += f"  {fit(_one_line(s.first_human_message), room)}"
         else:
-            text = f"{_middle(s.thread_id, max(room, 9))}  {s.run_id}"
-        out.line(_paint_status(out, head, s.status) + text)
+            text = f"{_middle(s.thread_id, max(room, 3))}  {s.run_id}"
+        out.line(_paint_status(out, head, s.status) + fit(text, out.width - width_of(head)))
 
 
 def _paint_status(out: _Out, head: str, status: str) -> str:

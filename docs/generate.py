@@ -78,11 +78,11 @@ WRITTEN_BY: dict[str, str] = {
         "lead-agent prompt (`on_chat_model_start`) or the root outputs (`_end_run`). Of a "
         "`Command` update, only the messages that the state the tool's node started from "
         "does not hold (`_new_messages`: a handoff repeats that whole state). A result waits "
-        "for the chain that made its call (a graph node) to end, or for a model call "
-        "(`ToolCallOutcomes.returned`, `chain_ended`): a node attempt that fails holds its "
-        "results like errors, and its retry's answer replaces them, so a call keeps the answer "
-        "the graph kept; an answer the same as the call's last one is not written again "
-        "(`ToolCallOutcomes.answered`)."
+        "for the nested chain that made its call (a graph node) to end, or for a model call "
+        "of its caller (`ToolCallOutcomes.returned`, `chain_ended`): a node attempt that "
+        "fails (not by an interrupt, a cancellation or a handoff) holds its results like "
+        "errors, and its retry's answer replaces them; an answer the same as the call's last "
+        "one is not written again (`ToolCallOutcomes.answered`)."
     ),
     "llm.error": "`RunJournal.on_llm_error` -> `mapping.llm_error_event`.",
     "tool.error": (

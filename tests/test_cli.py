@@ -28,9 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HANG_GUARD = 120  # seconds: a guard against a hang, not a time limit
 
 
-def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, whole: str = "\0"):
-    """Run ``deerflow-journal args`` and return the finished process (text output); its lines
-    fit 80 columns but those holding ``whole``, an id too long to fit that is printed whole."""
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None):
+    """Run ``deerflow-journal args`` and return the finished process (text output)."""
     done = subprocess.run(
         [sys.executable, "-m", "deerflow_journal", *args],
         capture_output=True,
@@ -42,7 +41,7 @@ def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None,
     )
     if not {"--json", "export"} & set(args):  # JSON lines are for programs
         for line in done.stdout.splitlines():
-            assert width_of(line) <= 80 or whole in line, line
+            assert width_of(line) <= 80, line
     return done
 
 
@@ -531,16 +530,16 @@ def test_a_hint_names_odd_ids_so_that_a_shell_passes_them_on(tmp_path: Path):
     assert "`deerflow-journal runs 'my thread'`" in said, said
 
 
-def test_wide_thread_ids_fit_the_line_and_run_ids_stay_whole(tmp_path: Path):
-    """A thread id of wide characters is cut to the columns left, and a run id too long for
-    the line is printed whole all the same (`show` needs it)."""
+def test_wide_thread_ids_fit_the_line_and_run_ids_stay_whole_while_they_fit(tmp_path: Path):
+    """A thread id of wide characters is cut to the columns left; a thread id gives up its
+    columns, down to three, before the run id beside it is cut (`show` needs it)."""
     url = f"sqlite:///{tmp_path / 'wide.db'}"
-    wide, long_run = "漢" * 60, "job-" + "r" * 70 + "-end"
+    wide, long_thread, long_run = "漢" * 60, "t" * 40, "job-" + "r" * 37 + "-end"
     now = datetime.now(UTC)
 
     async def fill() -> None:
         async with open_store(url) as store:
-            for thread_id, run_id in ((wide, "r1"), ("t1", long_run)):
+            for thread_id, run_id in ((wide, "r1"), (long_thread, long_run)):
                 await store.put(
                     thread_id=thread_id, run_id=run_id, event_type="run.start", category="trace"
                 )
@@ -551,11 +550,9 @@ def test_wide_thread_ids_fit_the_line_and_run_ids_stay_whole(tmp_path: Path):
     asyncio.run(fill())
     threads = ok("--url", url, "threads").splitlines()
     assert any("漢…漢" in line for line in threads), threads
-    runs = ok("--url", url, "runs", whole=long_run).splitlines()
+    runs = ok("--url", url, "runs").splitlines()
     assert any("漢…漢" in line and line.endswith("  r1") for line in runs), runs
-    assert any(line.endswith(f"  {long_run}") for line in runs), runs
-    one = ok("--url", url, "runs", "t1", whole=long_run).splitlines()
-    assert one[-1].endswith(f"  {long_run}"), one
+    assert any(line.endswith(f"tt…ttt  {long_run}") for line in runs), runs
 
 
 # -- terminals -----------------------------------------------------------------------------

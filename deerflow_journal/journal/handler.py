@@ -288,13 +288,13 @@ class RunJournal(GraphCallbackHandler):
             state.unbound_events.append(event)
 
     def _write_outcomes(self, state: RunState, caller: str | None = None) -> None:
-        """Write the tool outcomes held for a retry (of ``caller``'s calls, or all) and the
-        results waiting for their chain to end: a model call or the run's end follows them."""
+        """Write the tool outcomes held for a retry and the results waiting for their chain to
+        end (of ``caller``'s calls, or all): its model call, or the run's end, follows them."""
         outcomes = state.outcomes
         for event in outcomes.settle(caller):
             self._emit(state, event)
         if outcomes.attempts:
-            for event in outcomes.returned_so_far():
+            for event in outcomes.returned_so_far(caller):
                 self._emit_own(state, event)
 
     def _bind(self, state: RunState) -> None:
@@ -561,8 +561,10 @@ class RunJournal(GraphCallbackHandler):
             key = getattr(run_id, "int", run_id)
             state = self._runs.pop(key, None)
             self._chain_inputs.pop(key, None)
-            if state is not None and state.outcomes.attempts:
-                self._chain_ended(state, key, failed=True)
+            if state is not None:  # rare: taking the lock waits for a tool ending meanwhile
+                # An interrupt, a cancellation or a handoff is no failed attempt to retry.
+                failed = mapping.control_flow_status(error) is None
+                self._chain_ended(state, key, failed=failed)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
@@ -1031,11 +1033,10 @@ class RunJournal(GraphCallbackHandler):
             elif type(output) is not ToolMessage and messages:  # a Command's update
                 messages = self._new_messages(parent_run_id, messages)
             outcomes = state.outcomes
-            # The chain that made the call (a graph node) may still fail, and be run again;
-            # not the run's root: its end ends the run.
+            # The nested chain that made the call (a graph node) may still fail, and be run
+            # again (not the run's root, nor a tool: their ends do not release results).
             chain = None if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
-            root = state.root
-            waits = chain in runs and chain != getattr(root, "int", root) and not state.closed
+            waits = chain in self._chain_inputs and not state.closed
             written = False
             for message in messages:
                 call_id = getattr(message, "tool_call_id", None)

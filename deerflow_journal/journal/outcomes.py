@@ -116,10 +116,15 @@ class ToolCallOutcomes:
                 written.append(event)
         return written
 
-    def returned_so_far(self) -> list[Mapping[str, Any]]:
-        """Return every result still waiting for its chain (a model call or the run's end
-        comes after them)."""
-        waiting, self.attempts = self.attempts, []
+    def returned_so_far(self, caller: str | None = None) -> list[Mapping[str, Any]]:
+        """Return the results of ``caller``'s calls (or all) still waiting for their chain: a
+        model call of that caller, or the run's end, comes after them."""
+        if caller is None:
+            waiting, self.attempts = self.attempts, []
+            return [event for _, _, _, event in waiting]
+        waiting = [attempt for attempt in self.attempts if attempt[2] == caller]
+        if waiting:
+            self.attempts = [attempt for attempt in self.attempts if attempt[2] != caller]
         return [event for _, _, _, event in waiting]
 
     def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:

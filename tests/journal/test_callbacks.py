@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -25,6 +26,7 @@ from langgraph.prebuilt.tool_node import ToolCallWithContext
 from langgraph.types import Command, RetryPolicy, Send, interrupt
 
 from deerflow_journal import MemoryRunEventStore, RunEvent, RunJournal, user_scope
+from deerflow_journal.journal.outcomes import ToolCallOutcomes
 from tests.journal.agents import (
     ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
@@ -39,6 +41,7 @@ from tests.journal.agents import (
     scripted,
 )
 
+HANG_GUARD = 120  # seconds: a guard against a hang, not a time limit
 COMPLETION_KEYS = {
     "total_input_tokens",
     "total_output_tokens",
@@ -825,6 +828,154 @@ async def test_a_tool_result_a_node_gets_before_calling_its_model_comes_before_t
     await journaled(graph.compile(), journal)
     written = types(await run_events(journal, flush=True))
     assert written.index("llm.tool.result") < written.index("llm.ai.response")
+
+
+async def test_a_subagent_model_called_by_a_sibling_tool_leaves_the_results_waiting():
+    """A task tool runs a subagent while its sibling's result waits for their tools node,
+    which fails later: the subagent's model call does not write that result, so the node's
+    retry replaces it."""
+    tickets: list[str] = []
+    helper = scripted(ai("found 1"), ai("found 2"))
+    fetched: list[str] = []
+
+    @tool
+    async def stamp() -> str:
+        """Return a new ticket number."""
+        tickets.append(f"ticket-{len(tickets) + 1}")
+        return tickets[-1]
+
+    @tool
+    async def task(q: str) -> str:
+        """Ask a subagent (once stamp has answered)."""
+        await asyncio.sleep(0.01)
+        return str((await helper.ainvoke([HumanMessage(q)], {"tags": ["subagent:x"]})).content)
+
+    @tool
+    async def fetch(url: str) -> str:
+        """Fail the first time, once the subagent has been asked."""
+        fetched.append(url)
+        await asyncio.sleep(0.05)
+        if len(fetched) == 1:
+            raise ConnectionError("reset")
+        return "<html/>"
+
+    calls = [("stamp", {}, "c1"), ("task", {"q": "q"}, "c2"), ("fetch", {"url": "x"}, "c3")]
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", model_node(scripted(ai("", calls=calls), ai("done"))))
+    retry = RetryPolicy(max_attempts=2, initial_interval=0.0, jitter=False)
+    tools = ToolNode([stamp, task, fetch], handle_tool_errors=False)
+    graph.add_node("tools", tools, retry_policy=retry)
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    state = await journaled(graph.compile(), journal)
+    events = await run_events(journal, flush=True)
+    kept = [m.content for m in state["messages"] if m.type == "tool" and m.tool_call_id == "c1"]
+    written = [
+        e["content"]["content"]
+        for e in of_type(events, "llm.tool.result")
+        if e["metadata"]["tool_call_id"] == "c1"
+    ]
+    assert written == kept == ["ticket-2"]
+
+
+async def test_a_tool_result_comes_before_the_answer_of_the_agent_it_hands_over_to():
+    """A handoff (``Command.PARENT``) ends its tools node with a control-flow error: its
+    result is written then, not held as a failed attempt's."""
+
+    @tool
+    def transfer_to_b(
+        tool_call_id: Annotated[str, InjectedToolCallId], state: Annotated[dict, InjectedState]
+    ) -> Command:
+        """Hand over to b."""
+        done = ToolMessage("Transferred to b", tool_call_id=tool_call_id)
+        return Command(
+            goto="b", graph=Command.PARENT, update={"messages": [*state["messages"], done]}
+        )
+
+    agent_a = agent_graph(scripted(ai("", calls=[("transfer_to_b", {}, "h1")])), [transfer_to_b])
+    graph = StateGraph(MessagesState)
+    graph.add_node("a", agent_a, destinations=("b",))
+    graph.add_node("b", model_node(scripted(ai("42")), ["subagent:b"]))
+    graph.add_edge(START, "a")
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    state = await journaled(graph.compile(), journal)
+    events = await run_events(journal, flush=True)
+    messages = [e["content"]["content"] for e in events if e["category"] == "message"]
+    assert (
+        messages
+        == [m.content for m in state["messages"]]
+        == [
+            "What is 1 + 2?",
+            "",
+            "Transferred to b",
+            "42",
+        ]
+    )
+
+
+async def test_a_tool_called_by_a_tool_has_its_result_first():
+    """A tool's result waits for a graph node only: one a tool called is written as it ends."""
+
+    @tool
+    async def outer(x: int) -> str:
+        """Add 2 with the add tool."""
+        call = {"name": "add", "args": {"a": x, "b": 2}, "id": "inner1", "type": "tool_call"}
+        found = await add.ainvoke(call)
+        return f"outer got {found.content}"
+
+    model = scripted(ai("", calls=[("outer", {"x": 1}, "c1")]), ai("done"))
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    await journaled(agent_graph(model, [outer, add]), journal)
+    events = await run_events(journal, flush=True)
+    assert outcomes_of(events) == [("llm.tool.result", "inner1"), ("llm.tool.result", "c1")]
+
+
+def test_a_result_ending_while_its_node_fails_on_another_thread_is_held(monkeypatch):
+    """A tool ending on a worker thread while its node's error comes on another: the error
+    waits for the result and holds it, so the retry's answer replaces it."""
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    root, first, second, tool_1, tool_2 = (uuid.uuid4() for _ in range(5))
+    journal.on_chain_start({}, {"messages": [HumanMessage("go")]}, run_id=root, name="graph")
+    journal.on_chain_start({}, {}, run_id=first, parent_run_id=root, name="tools")
+    journal.on_tool_start({}, "", run_id=tool_1, parent_run_id=first, tool_call_id="c1")
+    inside, go_on = threading.Event(), threading.Event()
+    answered = ToolCallOutcomes.answered
+
+    def answered_slowly(self: ToolCallOutcomes, *args: Any) -> bool:
+        inside.set()  # the tool's end holds the journal's lock here
+        go_on.wait(HANG_GUARD)
+        return answered(self, *args)
+
+    monkeypatch.setattr(ToolCallOutcomes, "answered", answered_slowly)
+    ending = threading.Thread(
+        target=journal.on_tool_end,
+        args=(ToolMessage("ticket-1", tool_call_id="c1"),),
+        kwargs={"run_id": tool_1, "parent_run_id": first},
+    )
+    ending.start()
+    assert inside.wait(HANG_GUARD)
+    failing = threading.Thread(
+        target=journal.on_chain_error,
+        args=(ConnectionError("reset"),),
+        kwargs={"run_id": first, "parent_run_id": root},
+    )
+    failing.start()
+    failing.join(0.5)  # gives it the time to reach the lock (or, unlocked, to end)
+    go_on.set()
+    ending.join(HANG_GUARD)
+    failing.join(HANG_GUARD)
+    monkeypatch.undo()
+    journal.on_chain_start({}, {}, run_id=second, parent_run_id=root, name="tools")
+    journal.on_tool_start({}, "", run_id=tool_2, parent_run_id=second, tool_call_id="c1")
+    journal.on_tool_end(
+        ToolMessage("ticket-2", tool_call_id="c1"), run_id=tool_2, parent_run_id=second
+    )
+    journal.on_chain_end({}, run_id=second, parent_run_id=root)
+    journal.on_chain_end({"messages": []}, run_id=root)
+    events = asyncio.run(run_events(journal, flush=True))
+    assert [e["content"]["content"] for e in of_type(events, "llm.tool.result")] == ["ticket-2"]
 
 
 async def test_a_retried_tool_call_that_succeeds_has_only_its_result():
