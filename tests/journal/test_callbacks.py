@@ -769,9 +769,8 @@ async def test_a_call_id_a_model_uses_again_is_a_new_call_with_its_own_result(ca
         assert journal.summary().message_count == len(state["messages"]) == 6
 
 
-async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_answers():
-    """LangGraph drops what a failed attempt of a node returned: the call's one result is
-    the retry's answer, the one the state, and so the model, has."""
+def ticket_stamp() -> tuple[Any, list[str]]:
+    """A tool answering each call with a new ticket number, and the numbers it gave."""
     tickets: list[str] = []
 
     @tool
@@ -780,6 +779,13 @@ async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_a
         tickets.append(f"ticket-{len(tickets) + 1}")
         return tickets[-1]
 
+    return stamp, tickets
+
+
+async def test_a_call_answered_otherwise_after_its_node_was_retried_has_the_retrys_answer():
+    """LangGraph drops what a failed attempt of a node returned: the call's one result is
+    the retry's answer, the one the state, and so the model, has."""
+    stamp, tickets = ticket_stamp()
     journal = RunJournal(event_store=MemoryRunEventStore())
     state = await journaled(retried_pair_agent(stamp), journal)
     events = await run_events(journal, flush=True)
@@ -792,14 +798,7 @@ async def test_a_call_answered_otherwise_after_its_node_was_retried_keeps_both_a
 async def test_a_call_of_a_node_failing_every_retry_has_one_result_the_last():
     """Each attempt of the tools node answers c1 anew and fails on c2: each call has one
     outcome, c1 the last attempt's answer and c2 the last error."""
-    tickets: list[str] = []
-
-    @tool
-    def stamp() -> str:
-        """Return a new ticket number."""
-        tickets.append(f"ticket-{len(tickets) + 1}")
-        return tickets[-1]
-
+    stamp, tickets = ticket_stamp()
     journal = RunJournal(event_store=MemoryRunEventStore())
     with pytest.raises(ConnectionError):
         await journaled(retried_pair_agent(stamp, failures=2), journal)
