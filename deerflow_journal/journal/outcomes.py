@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from deerflow_journal.journal.mapping import LEAD_AGENT
 from deerflow_journal.summary import RunStatus
 
 __all__ = ["ToolCallOutcomes"]
+
+#: A result waiting for its chain: (that chain's key, tool call id, caller, its event).
+_Waiting = tuple[Hashable, str | None, str, Mapping[str, Any]]
 
 
 class ToolCallOutcomes:
@@ -31,9 +34,8 @@ class ToolCallOutcomes:
         #: The content of each call's latest result, by caller and id (a subagent's model may
         #: number its calls as the lead agent's does), until the run closes.
         self.answers: dict[tuple[str, str], Any] = {}
-        #: Results waiting for the chain that made their call to end, in the order they came:
-        #: (that chain's key, tool call id, caller, ``llm.tool.result``).
-        self.attempts: list[tuple[Hashable, str | None, str, Mapping[str, Any]]] = []
+        #: Results waiting for the chain that made their call to end, in the order they came.
+        self.attempts: list[_Waiting] = []
 
     def requested(self, tool_calls: Iterable[Mapping[str, Any]], caller: str = LEAD_AGENT) -> None:
         """Start waiting for an outcome of each lead-agent call (calls without an id cannot be
@@ -101,10 +103,7 @@ class ToolCallOutcomes:
     def chain_ended(self, chain: Hashable, *, failed: bool) -> list[Mapping[str, Any]]:
         """Return the results of ``chain``'s calls to write now; a failed chain's are held (a
         retry of it answers its calls again: the latest answer is written, once)."""
-        ended = [attempt for attempt in self.attempts if attempt[0] == chain]
-        if not ended:
-            return []
-        self.attempts = [attempt for attempt in self.attempts if attempt[0] != chain]
+        ended = self._take(lambda attempt: attempt[0] == chain)
         if not failed:
             return [event for _, _, _, event in ended]
         written = []
@@ -119,13 +118,16 @@ class ToolCallOutcomes:
     def returned_so_far(self, caller: str | None = None) -> list[Mapping[str, Any]]:
         """Return the results of ``caller``'s calls (or all) still waiting for their chain: a
         model call of that caller, or the run's end, comes after them."""
-        if caller is None:
-            waiting, self.attempts = self.attempts, []
-            return [event for _, _, _, event in waiting]
-        waiting = [attempt for attempt in self.attempts if attempt[2] == caller]
-        if waiting:
-            self.attempts = [attempt for attempt in self.attempts if attempt[2] != caller]
+        waiting = self._take(lambda attempt: caller is None or attempt[2] == caller)
         return [event for _, _, _, event in waiting]
+
+    def _take(self, taken: Callable[[_Waiting], bool]) -> list[_Waiting]:
+        """Remove the waiting results ``taken`` picks and return them, in order."""
+        took, kept = [], []
+        for attempt in self.attempts:
+            (took if taken(attempt) else kept).append(attempt)
+        self.attempts = kept
+        return took
 
     def failed(self, tool_call_id: str, caller: str, event: Mapping[str, Any]) -> None:
         """Hold the ``tool.error`` of a call made by ``caller`` (a later attempt replaces it)."""
