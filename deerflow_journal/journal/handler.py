@@ -69,6 +69,11 @@ def _key(run_id: Any) -> Hashable:
     return getattr(run_id, "int", run_id)
 
 
+def _names_no_thread(metadata: Mapping[str, Any] | None) -> bool:
+    """Whether a callback's metadata carries no LangGraph ``thread_id`` at all."""
+    return (metadata or {}).get("thread_id") in (None, "")
+
+
 def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
     """The LangGraph config's ``thread_id``, or ``None`` if absent or not a storable id."""
     found = (metadata or {}).get("thread_id")
@@ -272,10 +277,10 @@ class RunJournal(GraphCallbackHandler):
     def _emit_own(self, state: RunState, event: Any) -> None:
         """Count and buffer one event whose content needs no copy (a message, or copied
         already)."""
-        if event["category"] == "message":
-            state.message_count += 1
         thread_id, run_id = state.thread_id, state.run_id
         if thread_id is not None and run_id is not None:  # state.bound, inlined
+            if event["category"] == "message":
+                state.message_count += 1
             # The event dict is ours (built for this event, emitted once): it becomes the
             # buffered record in place; a write starts in the background at the threshold.
             event["thread_id"] = thread_id
@@ -284,6 +289,10 @@ class RunJournal(GraphCallbackHandler):
             event["created_at"] = time.time()
             if self._buffer.add(event):
                 self._buffer.start_write(self._writer.write_loop(state.sync))
+        elif run_id is not None and state.root is not None:
+            # A run still waiting for its thread: none was named before its first event.
+            self._bind_thread(state, run_id)
+            self._emit_own(state, event)
         else:
             state.unbound_events.append(event)
 
@@ -410,6 +419,8 @@ class RunJournal(GraphCallbackHandler):
                 self._chain_inputs[key] = inputs
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
+                if state.thread_id is None:
+                    self._thread_found(state, kwargs.get("metadata"))
             return
         if self._joined_caller_run(run_id):
             return
@@ -455,9 +466,8 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> Snapshot | None:
         """Start a run at a root call; return its workspace snapshot (``None``: none)."""
-        return self._start_run(
-            run_id, mapping.chain_name(serialized, kwargs.get("name")), tags, metadata, inputs
-        )
+        name = mapping.chain_name(serialized, kwargs.get("name"))
+        return self._start_run(run_id, name, tags, metadata, inputs, chain=True)
 
     def _start_run(
         self,
@@ -466,8 +476,16 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None,
         metadata: dict[str, Any] | None,
         inputs: Any,
+        *,
+        chain: bool = False,
     ) -> Snapshot | None:
-        """Bind the next run to a root call, write its ``run.start``, start its snapshot."""
+        """Bind the next run to a root call, write its ``run.start``, start its snapshot.
+
+        A root ``chain`` given no thread id may be a graph's wrapper (``with_retry()``, a
+        function or sequence calling it): the graph's own chain names the config's thread
+        (LangGraph copies it into metadata below the root), so the thread waits for the first
+        nested chain naming one, or the run's first event after ``run.start``.
+        """
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()
@@ -478,11 +496,14 @@ class RunJournal(GraphCallbackHandler):
             self._next = self._outside = None
             state.new_humans.add_inputs(inputs)
             run_id = self._run_id or str(root)
-            thread_id = self._thread_id or _config_thread_id(metadata) or run_id
+            thread_id = self._thread_id or _config_thread_id(metadata)
+            if thread_id is None and not (chain and _names_no_thread(metadata)):
+                thread_id = run_id
             unbound = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.on_thread = bool(metadata and metadata.get("thread_id"))
             state.lead_root = mapping.caller_from_tags(tags) == mapping.LEAD_AGENT
-            self._bind(state)
+            if thread_id is not None:
+                self._bind(state)
             state.workspace_before = snapshot
             self._runs[_key(root)] = self._latest = state
             self._open_runs += 1
@@ -490,14 +511,36 @@ class RunJournal(GraphCallbackHandler):
                 self._writer.home_loop = loop
             start = mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
             # Built afresh, its metadata detached: only an odd chain name needs a copy.
-            if name is None or type(name) is str:
-                self._emit_own(state, start)
-            else:
-                self._emit(state, start)
+            if name is not None and type(name) is not str:
+                start = mapping.detached_event(start)
+            if thread_id is None:
+                state.unbound_events = [start, *unbound]  # held until the thread is known
+                return snapshot
+            self._emit_own(state, start)
             for event in unbound:
                 self._emit_own(state, event)  # copied when recorded
             self._queue_summary(state)
         return snapshot
+
+    def _thread_found(self, state: RunState, metadata: Mapping[str, Any] | None) -> None:
+        """Bind a run waiting for its thread to the one a nested chain's config names."""
+        if _names_no_thread(metadata):
+            return
+        with self._lock:
+            if state.thread_id is None:
+                thread_id = _config_thread_id(metadata)
+                state.on_thread = thread_id is not None
+                self._bind_thread(state, thread_id or state.run_id or "")
+
+    def _bind_thread(self, state: RunState, thread_id: str) -> None:
+        """Give a started run its thread and write what it held until then (call with the
+        lock held)."""
+        state.thread_id = thread_id
+        self._bind(state)
+        held, state.unbound_events = state.unbound_events, []
+        for event in held:
+            self._emit_own(state, event)
+        self._queue_summary(state)
 
     def on_chain_end(
         self,
@@ -1270,6 +1313,8 @@ class RunJournal(GraphCallbackHandler):
         """Give every recorded event a run it can be written under, now."""
         with self._lock:
             for state in {id(state): state for state in self._runs.values()}.values():
+                if state.thread_id is None and state.run_id is not None:
+                    self._bind_thread(state, state.run_id)  # flushed before a chain named one
                 self._write_outcomes(state)
             waiting = self._next
             if self._run_id is None or waiting is None or not waiting.unbound_events:

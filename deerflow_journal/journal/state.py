@@ -240,9 +240,10 @@ class RunState:
         return self.status != "running"
 
     def bind(
-        self, root: UUID, run_id: str, thread_id: str, *, sync: bool, user_id: str | None
+        self, root: UUID, run_id: str, thread_id: str | None, *, sync: bool, user_id: str | None
     ) -> list[Mapping[str, Any]]:
-        """Start the run under its ids; return the events recorded before it started."""
+        """Start the run under its ids (``thread_id`` ``None``: found later); return the
+        events recorded before it started."""
         self.root, self.run_id, self.thread_id = root, run_id, thread_id
         self.sync, self.user_id = sync, user_id
         self.started_at, self.started = datetime.now(UTC), time.monotonic()

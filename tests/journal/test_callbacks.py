@@ -1343,6 +1343,64 @@ async def test_thread_id_falls_back_to_the_run_id():
     assert journal.thread_id == journal.run_id
 
 
+def _wrapped(graph: Any, how: str) -> Any:
+    """``graph`` under a runnable of its own at the root, the way users wrap one."""
+    if how == "retry":
+        return graph.with_retry()
+    if how == "fallbacks":
+        return graph.with_fallbacks([graph])
+    if how == "sequence":  # a first step whose chain is given no thread id
+        return RunnableLambda(lambda inputs: inputs, name="prepare") | graph
+    return RunnableLambda(lambda inputs, config: graph.invoke(inputs, config), name="wrapper")
+
+
+@pytest.mark.parametrize("how", ["retry", "fallbacks", "sequence", "function"])
+def test_a_graph_wrapped_at_the_root_is_journaled_under_its_configs_thread(how):
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    graph = _wrapped(agent_graph(scripted(*tool_script()), checkpointer=InMemorySaver()), how)
+    config: RunnableConfig = {"callbacks": [journal], "configurable": {"thread_id": "chat-7"}}
+    graph.invoke(QUESTION, config)
+    assert journal.thread_id == "chat-7"
+    events = asyncio.run(store.list_events("chat-7", journal.run_id or ""))
+    assert types(events) == ONE_TOOL_CALL_SEQUENCE
+    summary = asyncio.run(store.get_run_summary("chat-7", journal.run_id or ""))
+    assert summary is not None and summary.status == "success"
+    assert asyncio.run(store.list_threads()) == asyncio.run(store.list_threads(limit=1))
+
+
+def test_a_flush_before_a_wrapped_graph_starts_writes_the_run_under_its_run_id():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+
+    def prepare(inputs: Any) -> Any:
+        asyncio.run(journal.flush())  # nothing named the thread yet: flushed under the run id
+        return inputs
+
+    graph = RunnableLambda(prepare) | agent_graph(scripted(ai("ok")))
+    graph.invoke(QUESTION, {"callbacks": [journal], "configurable": {"thread_id": "chat-7"}})
+    assert journal.thread_id == journal.run_id
+    events = asyncio.run(store.list_events(journal.run_id or "", journal.run_id or ""))
+    assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+async def test_a_root_that_never_reaches_a_graph_keeps_the_run_id_as_its_thread():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    chain = RunnableLambda(lambda text: text, name="first") | RunnableLambda(str.upper)
+    assert await chain.ainvoke("hi", {"callbacks": [journal]}) == "HI"
+    assert journal.thread_id == journal.run_id
+    assert types(await run_events(journal, flush=True)) == ["run.start", "run.end"]
+
+
+async def test_a_wrapped_graph_failing_before_its_first_node_is_journaled_under_its_thread():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    graph = agent_graph(scripted(ai("ok")), checkpointer=InMemorySaver())
+    with pytest.raises(ValueError):  # a checkpointer needs a thread id; the input has none
+        await graph.with_retry().ainvoke(QUESTION, {"callbacks": [journal]})
+    assert journal.thread_id == journal.run_id
+    assert types(await run_events(journal, flush=True)) == ["run.start", "run.error"]
+
+
 @pytest.mark.parametrize("ids", [{"run_id": "r" * 129}, {"thread_id": "thread\n1"}])
 def test_fixed_ids_the_store_would_reject_are_refused_at_once(ids):
     with pytest.raises(ValueError, match=next(iter(ids))):
