@@ -356,8 +356,9 @@ def control_flow_status(error: BaseException) -> RunStatus | None:
     """The outcome a control-flow "error" stands for (``None`` when it is a real failure)."""
     if isinstance(error, GraphInterrupt):
         return "interrupted"
-    # A cancelled task, a stream closed early, or Ctrl-C in a sync invoke.
-    if isinstance(error, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt):
+    # A cancelled task, a stream closed early, Ctrl-C in a sync invoke, or ``sys.exit()`` in
+    # one (under ``ainvoke`` asyncio cancels the run's task for it).
+    if isinstance(error, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit):
         return "cancelled"
     if isinstance(error, GraphBubbleUp):
         return "success"

@@ -556,6 +556,28 @@ def test_ctrl_c_in_a_sync_invoke_ends_the_run_cancelled():
     assert events[-1]["metadata"] == {"error_type": "KeyboardInterrupt"}
 
 
+@pytest.mark.parametrize("sync", [True, False], ids=["invoke", "ainvoke"])
+def test_a_tool_exiting_the_program_ends_the_run_cancelled_either_way(sync):
+    @tool
+    def leave(code: int) -> str:
+        """Exit the program."""
+        sys.exit(code)
+
+    graph = agent_graph(
+        scripted(ai("", calls=[("leave", {"code": 3}, "k1")])), [leave], handle_tool_errors=False
+    )
+    journal = RunJournal(event_store="memory://")
+    with pytest.raises(SystemExit):
+        if sync:
+            graph.invoke(QUESTION, {"callbacks": [journal]})
+        else:
+            asyncio.run(graph.ainvoke(QUESTION, {"callbacks": [journal]}))
+    assert journal.summary().status == "cancelled"
+    events = asyncio.run(run_events(journal))
+    assert types(events)[-2:] == ["tool.unresolved", "run.error"]
+    assert events[-2]["content"]["reason"] == "cancelled"
+
+
 # -- a forgotten flush ---------------------------------------------------------------------
 
 
