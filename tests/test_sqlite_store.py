@@ -146,6 +146,26 @@ async def test_every_call_reads_plain_rows_whatever_factories_a_callers_connecti
         assert (db.row_factory, db.text_factory) == factories  # the caller's, as they were
 
 
+@pytest.mark.parametrize("isolation_level", [None, ""], ids=["autocommit", "implicit"])
+async def test_a_failing_read_leaves_the_transaction_of_a_callers_connection_alone(
+    tmp_path: Path, isolation_level: str | None
+):
+    async with aiosqlite.connect(tmp_path / "j.db", isolation_level=isolation_level) as db:
+        store = SqliteRunEventStore(db)
+        await store.put(**ev(content="héllo"))
+        await db.execute("CREATE TABLE mine (x)")
+        if isolation_level is None:
+            await db.execute("BEGIN")
+        await db.execute("INSERT INTO mine VALUES (1)")  # the caller's, not committed yet
+        db.text_factory = lambda raw: raw.decode("ascii")  # refuses the store's text
+        with pytest.raises(UnicodeDecodeError):
+            await store.list_messages(T)
+        db.text_factory = str
+        assert db.in_transaction
+        await db.commit()
+        assert list(await db.execute_fetchall("SELECT x FROM mine")) == [(1,)]
+
+
 async def test_from_conn_string_creates_parent_dirs_sets_up_and_closes(tmp_path: Path):
     path = tmp_path / "deep" / "er" / "journal.db"
     async with SqliteRunEventStore.from_conn_string(path) as store:

@@ -129,9 +129,9 @@ class SqliteRunEventStore(RunEventStore):
     Args:
         path_or_conn: a database path (parent directories are created) or an open
             ``aiosqlite.Connection`` that the caller owns: the store never closes it, and its
-            writes commit on it, so do not hand in a connection holding uncommitted work. The
-            store reads plain rows whatever its row factory, and text whether its text factory
-            gives ``str`` or ``bytes``.
+            writes commit on it, so do not hand in a connection holding uncommitted work (a
+            failing read leaves it alone). The store reads plain rows whatever its row
+            factory, and text whether its text factory gives ``str`` or ``bytes``.
         max_trace_content: byte limit of trace-category content (``None``: no limit).
         max_outputs_content: byte limit of outputs-category content, such as ``run.end``'s
             graph state (``None``: no limit).
@@ -511,7 +511,9 @@ async def _run_given_now(db: aiosqlite.Connection, statements: Statements[T], wr
     try:
         result = await run_statements(statements, functools.partial(_plain_rows, db))
     except BaseException:
-        if db.in_transaction:
+        # A write committed the caller's work first, so what is open now is its own; a read
+        # begins nothing, so what is open is the caller's, to commit or roll back.
+        if writes and db.in_transaction:
             await db.rollback()
         raise
     if writes and db.in_transaction:  # opened by Python's implicit-transaction mode
