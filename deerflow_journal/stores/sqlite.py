@@ -469,7 +469,8 @@ class _Connection:
     - When an operation fails with ``SQLITE_READONLY``: SQLite opens a file it cannot write
       (or whose ``-shm`` index it cannot make) read-only without a word, and the connection
       stays so once the file is writable again. The operation then runs once more on the new
-      connection; it rolled back, so nothing is written twice.
+      connection; it rolled back, so nothing is written twice. A read-only ``-shm`` mapping is
+      shared by every connection of the process to the file: it goes with the last of them.
     """
 
     def __init__(self, path: str, *, read_only: bool) -> None:
