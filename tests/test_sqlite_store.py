@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 import aiosqlite
 import pytest
 
-from deerflow_journal import RunSummary, SqliteRunEventStore, open_store
+from deerflow_journal import RunJournal, RunSummary, SqliteRunEventStore, open_store
 from deerflow_journal.stores import sqlite as sqlite_module
 from deerflow_journal.stores.sqlite_schema import MIGRATIONS
 
@@ -144,6 +145,26 @@ async def test_every_call_reads_plain_rows_whatever_factories_a_callers_connecti
         assert (await store.get_run_summary(T, "r1")) is not None
         assert await store.delete_by_run(T, "r1") == 2
         assert (db.row_factory, db.text_factory) == factories  # the caller's, as they were
+
+
+@pytest.mark.parametrize("isolation_level", [None, ""], ids=["autocommit", "implicit"])
+async def test_a_failing_read_leaves_the_transaction_of_a_callers_connection_alone(
+    tmp_path: Path, isolation_level: str | None
+):
+    async with aiosqlite.connect(tmp_path / "j.db", isolation_level=isolation_level) as db:
+        store = SqliteRunEventStore(db)
+        await store.put(**ev(content="héllo"))
+        await db.execute("CREATE TABLE mine (x)")
+        if isolation_level is None:
+            await db.execute("BEGIN")
+        await db.execute("INSERT INTO mine VALUES (1)")  # the caller's, not committed yet
+        db.text_factory = lambda raw: raw.decode("ascii")  # refuses the store's text
+        with pytest.raises(UnicodeDecodeError):
+            await store.list_messages(T)
+        db.text_factory = str
+        assert db.in_transaction
+        await db.commit()
+        assert list(await db.execute_fetchall("SELECT x FROM mine")) == [(1,)]
 
 
 async def test_from_conn_string_creates_parent_dirs_sets_up_and_closes(tmp_path: Path):
@@ -751,3 +772,113 @@ async def test_an_upgrade_keeps_the_counters_of_a_database_filled_before_it(tmp_
             assert_counters_exact(db)
             threads = await store.list_threads()
             assert [(t.thread_id, t.run_count) for t in threads] == [("a", 2), ("b", 1)]
+
+
+# -- a file that changes under an open store -------------------------------------------------
+
+
+def block_wal_index(path: Path) -> Callable[[], None]:
+    """Put a directory where SQLite makes the ``-shm`` WAL index: it opens that read-only, and so
+    the database (root too). Returns what takes it away."""
+    shm = Path(f"{path}-shm")
+    shm.mkdir()
+    return shm.rmdir
+
+
+def block_file(path: Path) -> Callable[[], None]:
+    """Make the database file unwritable, so SQLite opens it read-only; returns the undo."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        return lambda: path.chmod(0o644)
+    # Root writes whatever the mode bits say; an immutable file it cannot.
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", path], capture_output=True).returncode:
+        pytest.skip("as root a file is unwritable only immutable, and chattr +i failed here")
+    return lambda: subprocess.run([chattr, "-i", path], check=True)
+
+
+@pytest.mark.parametrize("block", [block_wal_index, block_file], ids=["wal-index", "file"])
+async def test_a_file_sqlite_opened_read_only_is_reopened_once_it_can_be_written(
+    tmp_path: Path, block: Callable[[Path], Callable[[], None]]
+):
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        await store.put(**ev(content="before"))
+    unblock = block(path)
+    store = SqliteRunEventStore(path)
+    try:
+        await store.setup()  # it reads: SQLite opened the file read-only without a word
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            await store.put(**ev(content="refused"))
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            await store._put_journal_batch([ev(content="batch")], [], batch_id="b1")
+    finally:
+        unblock()
+    # The connection opened read-only is replaced: the retries are written, once each.
+    assert (await store.put(**ev(content="after")))["seq"] == 2
+    assert await store._put_journal_batch([ev(content="batch")], [], batch_id="b1")
+    await store.close()
+    assert thread_rows(path) == [(1, '"before"'), (2, '"after"'), (3, '"batch"')]
+
+
+async def test_a_journal_on_a_file_sqlite_opened_read_only_writes_each_event_once_later(
+    tmp_path: Path,
+):
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        await store.put(**ev())
+    unblock = block_wal_index(path)
+    store = SqliteRunEventStore(path)
+    await store.setup()
+    journal = RunJournal(run_id="r", thread_id=T, event_store=store)
+    for name in "abc":
+        journal.record_middleware("guardrail", name=name, hook="h", action="allow", changes={})
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        await journal.flush()  # the events stay buffered
+    unblock()
+    await journal.flush()
+    assert [e["content"]["name"] for e in await store.list_events(T, "r")] == ["a", "b", "c"]
+    await store.close()
+
+
+async def test_a_given_connection_sqlite_opened_read_only_is_kept_with_its_error(tmp_path):
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        await store.put(**ev())
+    unblock = block_wal_index(path)
+    async with aiosqlite.connect(path) as db:
+        store = SqliteRunEventStore(db)
+        await store.setup()
+        unblock()
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            await store.put(**ev())  # the caller's connection: the store never replaces it
+        assert store._given is db
+    assert len(thread_rows(path)) == 1
+
+
+@pytest.mark.parametrize("files", [("",), ("", "-wal", "-shm")], ids=["file", "with-wal"])
+async def test_a_file_deleted_under_an_open_store_is_made_anew(tmp_path, files):
+    path = tmp_path / "j.db"
+    async with SqliteRunEventStore(path) as store:
+        await store.put_batch([ev(content="gone"), ev(content="gone")])
+        for suffix in files:
+            os.remove(f"{path}{suffix}")
+        assert [e["seq"] for e in await store.put_batch([ev(content="new")])] == [1]
+        assert (await store.put(**ev(content="one")))["seq"] == 2
+        assert thread_rows(path) == [(1, '"new"'), (2, '"one"')]  # seen while the store is open
+    assert thread_rows(path) == [(1, '"new"'), (2, '"one"')]
+
+
+async def test_a_file_replaced_under_an_open_store_takes_the_writes_and_keeps_its_own(tmp_path):
+    path, other = tmp_path / "j.db", tmp_path / "other.db"
+    async with SqliteRunEventStore(other) as store:
+        await store.put(**ev(content="theirs"))
+    async with SqliteRunEventStore(path) as store:
+        await store.put_batch([ev(content="old")] * 3)
+        os.replace(other, path)
+        # Numbered on from the new file's counter; the old file's WAL is not read into it.
+        assert (await store.put(**ev(content="ours")))["seq"] == 2
+        assert thread_rows(path) == [(1, '"theirs"'), (2, '"ours"')]
+    assert thread_rows(path) == [(1, '"theirs"'), (2, '"ours"')]
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]

@@ -16,6 +16,13 @@ that runs to its end even if its caller is cancelled; nothing there ever calls b
 event loop that has closed. A caller's ``aiosqlite`` connection gets the same statements one by
 one through aiosqlite's public calls, in a task that runs to its end, one operation at a time.
 
+The store's own connection follows its path. Before a write it checks that the file there is
+still the one it opened: a file deleted or replaced meanwhile would take the writes where
+nobody reads them, so it opens (or creates) and sets up the file now at the path. And SQLite
+opens a file it cannot write (or whose ``-shm`` index it cannot make) read-only without a word,
+keeping the connection so: an operation refused as read-only reopens it and runs once more.
+A caller's connection is never replaced; its errors are raised as they come.
+
 Opened ``read_only`` it neither migrates nor switches to WAL, and opens the file with
 ``mode=ro``. A WAL database needs its ``-shm`` index to be read, and SQLite creates it beside
 the file when missing: where that cannot be (read-only media, a directory of another user) the
@@ -129,9 +136,12 @@ class SqliteRunEventStore(RunEventStore):
     Args:
         path_or_conn: a database path (parent directories are created) or an open
             ``aiosqlite.Connection`` that the caller owns: the store never closes it, and its
-            writes commit on it, so do not hand in a connection holding uncommitted work. The
-            store reads plain rows whatever its row factory, and text whether its text factory
-            gives ``str`` or ``bytes``.
+            writes commit on it, so do not hand in a connection holding uncommitted work (a
+            failing read leaves it alone). The store reads plain rows whatever its row
+            factory, and text whether its text factory gives ``str`` or ``bytes``. The store
+            reopens a path of its own when the file there was deleted or replaced, or when
+            SQLite opened it read-only (see ``_Connection``); it never replaces a given
+            connection, whose errors (``attempt to write a readonly database``) it raises.
         max_trace_content: byte limit of trace-category content (``None``: no limit).
         max_outputs_content: byte limit of outputs-category content, such as ``run.end``'s
             graph state (``None``: no limit).
@@ -192,10 +202,10 @@ class SqliteRunEventStore(RunEventStore):
         if not self.read_only:
             await self._use_wal()
         await SCHEMA.upgrade(
-            lambda make: self._run(make(), writes=False),
-            lambda make: self._run(_write_transaction(make())),
+            lambda make: self._run(make, writes=False),
+            lambda make: self._run(lambda: _write_transaction(make())),
             read_only=self.read_only,
-            database=f"the SQLite database {self._path or '(a given connection)'}",
+            database=_database_name(self._path),
         )
 
     async def _close(self) -> None:
@@ -213,39 +223,39 @@ class SqliteRunEventStore(RunEventStore):
         delay = 0.005
         while True:
             try:
-                await self._run(_statement("PRAGMA journal_mode = WAL"))
+                await self._run(_wal_mode)
                 return
             except sqlite3.OperationalError as exc:
-                code = getattr(exc, "sqlite_errorcode", None)  # extended: the low byte is BUSY
-                busy = code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
-                if not busy or time.monotonic() > deadline:
+                if _error_code(exc) != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _run(self, statements: Statements[T], *, writes: bool = True) -> Awaitable[T]:
-        """Run ``statements`` to their end, even if nobody waits for them any more; a failure
-        rolls back what they began. On a caller's connection a write first commits any
-        transaction open there, and commits what Python's implicit transactions open."""
+    def _run(self, make: Callable[[], Statements[T]], *, writes: bool = True) -> Awaitable[T]:
+        """Run the statements ``make`` makes to their end, even if nobody waits for them any
+        more; a failure rolls back what they began. The store's own connection may run them
+        again on a reopened connection (see ``_Connection``). On a caller's connection a write
+        first commits any transaction open there, and commits what Python's implicit
+        transactions open."""
         if self._given is not None:
-            return _run_given(self._given, self._given_lock, statements, writes)
+            return _run_given(self._given, self._given_lock, make(), writes)
         if self._worker is None:
             raise RuntimeError("the store is closed; use `await store.setup()` to reopen it")
-        return self._worker.run(statements)
+        return self._worker.run(make, writes=writes)
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> Awaitable[list[Any]]:
         """Run one read statement; its rows."""
-        return self._run(_statement(sql, params), writes=False)
+        return self._run(functools.partial(_statement, sql, params), writes=False)
 
     # -- writes ------------------------------------------------------------------------------
 
     def _write(self, write: Write) -> Awaitable[Written]:
         # On the store's own connection a future, which the caller can shield without a task.
         if len(write.events) == 1 and not (write.summaries or write.batch_id or write.if_absent):
-            return self._run(_append_one(write.events[0]))
-        return self._run(_write_transaction(_written(write)))
+            return self._run(functools.partial(_append_one, write.events[0]))
+        return self._run(lambda: _write_transaction(_written(write)))
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         where, params = "thread_id = ?", [thread_id]
@@ -253,7 +263,7 @@ class SqliteRunEventStore(RunEventStore):
             where, params = where + " AND run_id = ?", [*params, run_id]
         if user_id is not None:
             where, params = where + " AND user_id = ?", [*params, user_id]
-        return await self._run(_write_transaction(_delete_rows(thread_id, where, params)))
+        return await self._run(lambda: _write_transaction(_delete_rows(thread_id, where, params)))
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -396,43 +406,45 @@ class SqliteRunEventStore(RunEventStore):
 
 
 class _Worker:
-    """The store's own ``sqlite3`` connection, on a daemon thread of its own that runs each call
-    in turn: a connection, and so its transactions, serve one statement at a time.
+    """The store's own ``sqlite3`` connection (a ``_Connection``), on a daemon thread of its own
+    that runs each call in turn: a connection, and so its transactions, serve one statement at
+    a time.
 
     Not a ``ThreadPoolExecutor``: that refuses work once the interpreter begins to exit, and a
     journal writes out what it still holds from an exit handler.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, path: str, *, read_only: bool) -> None:
         self._calls: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         threading.Thread(
             target=_serve, args=(self._calls,), name="deerflow-journal-sqlite", daemon=True
         ).start()
         # A store dropped unclosed: the thread ends after the calls queued before. Not at exit,
         # which comes before the journal's own exit handler has written out what it holds.
+        # The calls hold the connection, never the worker, so that it can be dropped.
         weakref.finalize(self, self._calls.put, None).atexit = False
-        self._conn: sqlite3.Connection | None = None
+        self._db = _Connection(path, read_only=read_only)
 
     @classmethod
     async def open(cls, path: str, *, read_only: bool) -> _Worker:
         """Start the thread and connect to ``path`` there."""
-        worker = cls()
+        worker = cls(path, read_only=read_only)
         try:
-            worker._conn = await worker._call(_connect_read_only if read_only else _connect, path)
+            await worker._call(worker._db.connect)
         except BaseException:
             worker._calls.put(None)
             raise
         return worker
 
-    def run(self, statements: Statements[T]) -> asyncio.Future[T]:
-        """Run ``statements`` on the thread in one call; the future of their result."""
-        return self._call(_run_here, self._conn, statements)
+    def run(self, make: Callable[[], Statements[T]], *, writes: bool) -> asyncio.Future[T]:
+        """Run the statements ``make`` makes on the thread in one call; the future of their
+        result."""
+        return self._call(self._db.run, make, writes)
 
     async def close(self) -> None:
         """Close the connection after the calls queued before, and end the thread."""
         try:
-            if self._conn is not None:
-                await self._call(self._conn.close)
+            await self._call(self._db.close)
         finally:
             self._calls.put(None)
 
@@ -446,6 +458,123 @@ class _Worker:
         future: asyncio.Future[T] = loop.create_future()
         self._calls.put((loop, future, fn, args))
         return future
+
+
+class _Connection:
+    """The worker thread's connection to the store's file, reopened (and the file set up again)
+    by a writable store in two cases:
+
+    - Before a write, when the file at the path is not the one the connection opened (deleted,
+      or replaced by another file): writes would go on into a file nobody can open any more.
+    - When an operation fails with ``SQLITE_READONLY``: SQLite opens a file it cannot write
+      (or whose ``-shm`` index it cannot make) read-only without a word, and the connection
+      stays so once the file is writable again. The operation then runs once more on the new
+      connection; it rolled back, so nothing is written twice. A read-only ``-shm`` mapping is
+      shared by every connection of the process to the file: it goes with the last of them.
+    """
+
+    def __init__(self, path: str, *, read_only: bool) -> None:
+        self._path = path
+        self._read_only = read_only
+        self._conn: sqlite3.Connection | None = None
+        # (device, inode) of the file the connection opened; None for no file (":memory:").
+        self._file: tuple[int, int] | None = None
+
+    def connect(self) -> None:
+        """Open the path."""
+        if self._read_only:
+            self._conn = _connect_read_only(self._path)
+            return
+        self._conn = _connect(self._path)
+        if self._path not in ("", ":memory:"):
+            # Right after opening: what SQLite has open is what is at the path now.
+            stat = os.stat(self._path)
+            self._file = stat.st_dev, stat.st_ino
+
+    def run(self, make: Callable[[], Statements[T]], writes: bool) -> T:
+        """Run the statements ``make`` makes; roll back what a failure began."""
+        if self._conn is None:  # a reopening failed: try again
+            self._reopen()
+        elif writes and not self._read_only and self._replaced():
+            logger.warning(
+                "the SQLite journal %s was deleted or replaced while open: writing to the "
+                "file now at that path",
+                self._path,
+            )
+            self._reopen(moved=True)
+        assert self._conn is not None
+        try:
+            return _run_here(self._conn, make())
+        except sqlite3.OperationalError as exc:
+            if self._read_only or _error_code(exc) != sqlite3.SQLITE_READONLY:
+                raise
+            logger.info("reopening the SQLite journal %s: %s", self._path, exc)
+            conn = self._reopen()
+        return _run_here(conn, make())  # once: a file still read-only raises again
+
+    def close(self) -> None:
+        """Close the connection, if open."""
+        conn, self._conn, self._file = self._conn, None, None
+        if conn is not None:
+            conn.close()
+
+    def _replaced(self) -> bool:
+        """Whether the file at the path is no longer the one the connection has open."""
+        if self._file is None:
+            return False
+        try:
+            stat = os.stat(self._path)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError:  # cannot tell (a directory we may not search): keep writing
+            return False
+        return (stat.st_dev, stat.st_ino) != self._file
+
+    def _reopen(self, *, moved: bool = False) -> sqlite3.Connection:
+        """Close the connection and open the path again, setting up the file found there."""
+        if moved and self._conn is not None:
+            # SQLite neither checkpoints nor removes the -wal file of a moved database as it
+            # closes: empty it, or the next file at the path would read its frames as its own.
+            # Best effort: waiting for another process still on the old file is no use.
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("PRAGMA busy_timeout = 0")
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        self.close()
+        self.connect()
+        conn = self._conn
+        assert conn is not None
+        try:
+            _set_up_here(conn, self._path)
+        except BaseException:
+            self.close()
+            raise
+        return conn
+
+
+def _set_up_here(conn: sqlite3.Connection, path: str) -> None:
+    """On the worker thread, set up a file the store reopened as ``_setup`` does (it may be a
+    new one): WAL mode, then the schema. A busy file fails the call, and the next one retries."""
+    _run_here(conn, _wal_mode())
+
+    async def run(make: Callable[[], Statements[Any]]) -> Any:
+        return _run_here(conn, make())
+
+    async def run_migrating(make: Callable[[], Statements[Any]]) -> Any:
+        return _run_here(conn, _write_transaction(make()))
+
+    # Nothing in it waits: a loop of its own on this thread just drives the shared runner.
+    asyncio.run(SCHEMA.upgrade(run, run_migrating, read_only=False, database=_database_name(path)))
+
+
+def _database_name(path: str | None) -> str:
+    """How errors name the database."""
+    return f"the SQLite database {path or '(a given connection)'}"
+
+
+def _error_code(exc: sqlite3.Error) -> int | None:
+    """The primary result code of ``exc`` (the low byte of its extended code)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
 
 
 def _serve(calls: queue.SimpleQueue[tuple[Any, ...] | None]) -> None:
@@ -511,7 +640,9 @@ async def _run_given_now(db: aiosqlite.Connection, statements: Statements[T], wr
     try:
         result = await run_statements(statements, functools.partial(_plain_rows, db))
     except BaseException:
-        if db.in_transaction:
+        # A write committed the caller's work first, so what is open now is its own; a read
+        # begins nothing, so what is open is the caller's, to commit or roll back.
+        if writes and db.in_transaction:
             await db.rollback()
         raise
     if writes and db.in_transaction:  # opened by Python's implicit-transaction mode
@@ -571,8 +702,7 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
         return conn
     except sqlite3.OperationalError as exc:
         conn.close()
-        code = getattr(exc, "sqlite_errorcode", None)
-        if code is None or code & 0xFF not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+        if _error_code(exc) not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
             raise
     with contextlib.suppress(OSError):
         if os.path.getsize(f"{path}-wal"):
@@ -594,6 +724,11 @@ def _connect_uri(uri: str) -> sqlite3.Connection:
 def _statement(sql: str, params: Sequence[Any] = ()) -> Statements[list[Any]]:
     """One statement; its rows."""
     return (yield sql, params)
+
+
+def _wal_mode() -> Statements[list[Any]]:
+    """Switch the file to WAL mode."""
+    return (yield "PRAGMA journal_mode = WAL", ())
 
 
 def _write_transaction(body: Statements[T]) -> Statements[T]:
