@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from deerflow_journal.journal.loops import (
     background_loop,
     is_background_loop,
+    loop_ending,
     on_background_loop,
     running_loop,
 )
@@ -173,11 +174,15 @@ class _Batch:
 class _Write:
     """One write in flight: its job (a task on ``loop``, or a future from another thread)."""
 
-    future: asyncio.Future[None] | concurrent.futures.Future[None]
     loop: asyncio.AbstractEventLoop
+    #: Set once the job is started (it gets this write first, to know if it was given up).
+    future: asyncio.Future[None] | concurrent.futures.Future[None] = field(init=False)
+    #: Given up, its loop closed under it: what it took is queued again, it touches nothing.
+    abandoned: bool = False
 
     def is_dead(self) -> bool:
-        """True when its loop closed before the job could finish (the job took nothing)."""
+        """True when its loop closed before the job could finish: it never goes on, and what
+        it took (a batch the store may have committed, too) must be put back."""
         return self.loop.is_closed() and not self.future.done()
 
     async def wait(self) -> None:
@@ -194,13 +199,25 @@ class _Write:
     def wait_blocking(self, timeout: float) -> bool:
         """Wait for the job from a thread not running its loop; raise what it raised.
 
-        Returns False if the job did not finish within ``timeout`` seconds.
+        Returns False if the job did not finish within ``timeout`` seconds, True at once if
+        its loop closed under it (``is_dead``).
         """
+        deadline = time.monotonic() + timeout
         future = self.future
         if not isinstance(future, concurrent.futures.Future):
-            future = asyncio.run_coroutine_threadsafe(_outcome(future), self.loop)
-        if not concurrent.futures.wait([future], timeout).done:
-            return False
+            try:
+                future = asyncio.run_coroutine_threadsafe(_outcome(future), self.loop)
+            except RuntimeError:  # its loop is closed
+                future = self.future
+        # Looked at now and then: a loop that closes never runs what it was sent.
+        while not concurrent.futures.wait([future], min(_LOOK_EVERY, timeout)).done:
+            if self.loop.is_closed():
+                if self.future.done():  # it ended, but our waiter never ran
+                    self.future.result()
+                return True
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                return False
         future.result()
         return True
 
@@ -212,6 +229,10 @@ _STRANDED: set[EventBuffer] = set()
 
 #: Seconds the program's exit waits for a write in flight on another thread's loop.
 _EXIT_WAIT = 2.0
+#: Seconds between looks at the loop of a write waited for from another thread.
+_LOOK_EVERY = 0.05
+#: What a write sent to a loop that ends under it raises to who waits for it.
+_CANCELLED = (asyncio.CancelledError, concurrent.futures.CancelledError)
 
 
 @atexit.register
@@ -252,6 +273,7 @@ async def _at_loop_shutdown(buffers: weakref.WeakSet[EventBuffer]) -> AsyncGener
     try:
         yield
     finally:
+        loop_ending(asyncio.get_running_loop())  # other threads' writes go elsewhere now
         await asyncio.gather(*(buffer._write_before_loop_closes() for buffer in list(buffers)))
 
 
@@ -474,25 +496,40 @@ class EventBuffer:
             # is pending before it closes. Writes to another loop are left to that loop: it
             # may be blocked waiting for this one.
             self._guard_locked(caller)
-        if self._write is not None and self._write.is_dead():
-            self._write = None
+        self._drop_dead_locked()
         if self._write is not None or self._saved or not self._pending_locked():
             return None
-        coro = self._job()
+        write = _Write(loop)
+        coro = self._job(write)
         try:
             if loop is caller:
-                future: Any = loop.create_task(coro)
+                write.future = loop.create_task(coro)
             else:
-                future = asyncio.run_coroutine_threadsafe(coro, loop)
+                write.future = asyncio.run_coroutine_threadsafe(coro, loop)
         except RuntimeError:  # the loop is closed: keep everything for the next writer
             coro.close()
             logger.warning("journal write skipped: its event loop is closed")
             return None
         self._in_background = in_background
         _STRANDED.add(self)  # until a write leaves nothing pending: saved at exit meanwhile
-        write = self._write = _Write(future, loop)
-        future.add_done_callback(lambda done: self._finished(write, done))
+        self._write = write
+        write.future.add_done_callback(lambda done: self._finished(write, done))
         return write
+
+    def _drop_dead_locked(self) -> None:
+        """Forget a write whose loop closed before it ended (``loop.close()`` after
+        ``run_until_complete``, with no ``asyncio.run`` to cancel it), putting back what it
+        took: the batch it was sending may be stored, so it goes first, under its id."""
+        write = self._write
+        if write is None or not write.is_dead():
+            return
+        write.abandoned = True
+        self._write = None
+        # Summaries read back from their file stay there: they go with the retry anyway.
+        summaries = [item for item in self._in_flight_summaries if item[1] is not _spilled_summary]
+        self._requeue_locked(self._sending or _Batch([]), self._in_flight or (), summaries, False)
+        self._write_all = True
+        logger.warning("journal write ended with its event loop; its events are written next")
 
     # -- the end of a caller's loop --------------------------------------------------------
 
@@ -542,7 +579,7 @@ class EventBuffer:
 
     # -- writing -----------------------------------------------------------------------------
 
-    async def _job(self) -> None:
+    async def _job(self, write: _Write) -> None:
         # The summaries are built before the events are taken, so that none tells of an event
         # this write does not carry (a run's success, before the batch holding its run.end).
         # Builders take the journal's lock, which is taken before ours: built without ours.
@@ -639,6 +676,8 @@ class EventBuffer:
                     self._in_flight_summaries = []
                 summaries_written = summaries_written or (written and bool(carried))
             except BaseException as exc:
+                if write.abandoned:  # closed with its dead loop: what it took is queued again
+                    raise
                 instead = self._refused(batch, carried or batch.summaries or [], exc)
                 if instead is None:
                     # A write that failed, or was cancelled with its loop, may or may not
@@ -666,13 +705,14 @@ class EventBuffer:
                 await self.store._release()  # the journal's own store: reopens on use
         finally:  # written: a blocked invoke may return, once the store it opened is closed
             with self._lock:
-                if from_file:
-                    self._summary_chunk = []
-                self._taken = 0
-                self._in_flight, self._sending, self._in_flight_summaries = None, None, []
-                self._set_room_locked()
-                if taken is not None:
-                    self._written_ticket = max(self._written_ticket, taken)
+                if not write.abandoned:  # else the state is a later write's
+                    if from_file:
+                        self._summary_chunk = []
+                    self._taken = 0
+                    self._in_flight, self._sending, self._in_flight_summaries = None, None, []
+                    self._set_room_locked()
+                    if taken is not None:
+                        self._written_ticket = max(self._written_ticket, taken)
 
     def _shed(self, built: list[_Summary]) -> None:
         """Move the summaries built, unless queued again since, from memory to their file."""
@@ -854,25 +894,36 @@ class EventBuffer:
         close_after: bool,
     ) -> None:
         with self._lock:
-            # Put back in front, in order; the first list is reused (a backlog is long).
-            parts = [part.events for part in later if part.events]
-            if parts:
-                front = parts[0]
-                for part in parts[1:]:
-                    front.extend(part)
-                front.extend(self._events)
-                self._events = front
-            self._taken = 0
-            self._in_flight, self._sending, self._in_flight_summaries = None, None, []
-            if batch.events:
-                self._unsure = batch
-            self._set_room_locked()
-            newer = self._summaries
-            self._summaries = {key: build for key, build, _ in summaries}
-            self._summaries.update(newer)
-            self._close_when_empty = self._close_when_empty or close_after
+            self._requeue_locked(batch, later, summaries, close_after)
+
+    def _requeue_locked(
+        self,
+        batch: _Batch,
+        later: Iterable[_Batch],
+        summaries: list[_Summary],
+        close_after: bool,
+    ) -> None:
+        # Put back in front, in order; the first list is reused (a backlog is long).
+        parts = [part.events for part in later if part.events]
+        if parts:
+            front = parts[0]
+            for part in parts[1:]:
+                front.extend(part)
+            front.extend(self._events)
+            self._events = front
+        self._taken = 0
+        self._in_flight, self._sending, self._in_flight_summaries = None, None, []
+        if batch.events:
+            self._unsure = batch
+        self._set_room_locked()
+        newer = self._summaries
+        self._summaries = {key: build for key, build, _ in summaries}
+        self._summaries.update(newer)
+        self._close_when_empty = self._close_when_empty or close_after
 
     def _finished(self, write: _Write, future: Any) -> None:
+        if write.abandoned:
+            return
         error = None if future.cancelled() else future.exception()
         if future.cancelled():
             guarded = self._guarded
@@ -951,8 +1002,7 @@ class EventBuffer:
 
     def _next_locked(self, loop: asyncio.AbstractEventLoop) -> tuple[_Write | None, bool]:
         """Return (write to wait for, whether we started it); (None, False) when all is done."""
-        if self._write is not None and self._write.is_dead():
-            self._write = None
+        self._drop_dead_locked()
         if self._write is not None:
             return self._write, False
         return self._start_locked(loop), True
@@ -994,11 +1044,13 @@ class EventBuffer:
         deadline = time.monotonic() + timeout
         with self._lock:
             target = self._ticket
+        ended: asyncio.AbstractEventLoop | None = None  # a loop that cancelled a write
         while True:
             with self._lock:
                 if self._written_ticket >= target:
                     return True
-                write, ours = self._next_locked(pick_loop())
+                loop = pick_loop()
+                write, ours = self._next_locked(background_loop() if loop is ended else loop)
                 if write is not None and write.loop is current:
                     self._write_all = True
                     if closing:
@@ -1019,6 +1071,10 @@ class EventBuffer:
                         self._write_all = True
                     self._log_unwritten(timeout)
                     return False
+            except _CANCELLED:
+                # Another thread's loop ending (asyncio.run cancels every task) cancelled it,
+                # and it put back what it took: written again on the journal's own loop.
+                ended = write.loop
             except BaseException:
                 if ours:
                     raise

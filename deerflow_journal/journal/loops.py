@@ -12,6 +12,8 @@ import asyncio
 import inspect
 import sys
 import threading
+import weakref
+from typing import TypeGuard
 
 from langchain_core.callbacks import manager as callback_manager
 
@@ -20,8 +22,10 @@ __all__ = [
     "dispatched_synchronously",
     "is_background_loop",
     "looked_up_by_async_dispatcher",
+    "loop_ending",
     "on_background_loop",
     "running_loop",
+    "takes_work",
 ]
 
 # LangChain's dispatchers live in this module; ``handle_event`` is its (public) sync one.
@@ -29,6 +33,8 @@ _MANAGER_GLOBALS = vars(callback_manager)
 _SYNC_DISPATCH = callback_manager.handle_event.__code__
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+#: Loops shutting down: still running their last work, but closing before new work ends.
+_ENDING: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
@@ -59,6 +65,17 @@ def is_background_loop(loop: asyncio.AbstractEventLoop | None) -> bool:
 def on_background_loop() -> bool:
     """Tell whether this thread runs the background loop (which must never block on itself)."""
     return is_background_loop(running_loop())
+
+
+def loop_ending(loop: asyncio.AbstractEventLoop) -> None:
+    """Note that ``loop`` shuts down (``asyncio.run`` finalises its async generators)."""
+    _ENDING.add(loop)
+
+
+def takes_work(loop: asyncio.AbstractEventLoop | None) -> TypeGuard[asyncio.AbstractEventLoop]:
+    """Tell whether work sent to ``loop`` from another thread will run: it runs and is not
+    shutting down."""
+    return loop is not None and loop.is_running() and loop not in _ENDING
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:

@@ -19,7 +19,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from deerflow_journal.journal.buffer import EventBuffer
-from deerflow_journal.journal.loops import background_loop, running_loop
+from deerflow_journal.journal.loops import background_loop, running_loop, takes_work
 from deerflow_journal.journal.progress import ProgressThrottle
 from deerflow_journal.journal.state import RunState
 from deerflow_journal.stores.base import JournalStore, RunEventStore
@@ -45,9 +45,10 @@ class JournalWriter:
     """Writes one journal's events, one background batch at a time.
 
     A store the journal opened itself always runs on the journal's background loop. A store
-    passed in runs on the loop it was set up on while that loop runs (its pool or locks belong
-    to it), else on the loop the callbacks run on; code that must block (a plain ``invoke``,
-    ``close()``) uses one of those loops from another thread, else the background loop.
+    passed in runs on the loop it was set up on while that loop runs and is not shutting down
+    (its pool or locks belong to it), else on the loop the callbacks run on; code that must
+    block (a plain ``invoke``, ``close()``) uses one of those loops from another thread, else
+    the background loop (also for a write such a loop cancelled or closed under it).
 
     Args:
         store: Where events go.
@@ -95,7 +96,7 @@ class JournalWriter:
         # opened it: used from another loop, a waiting write is never woken.
         store = self.store
         loop = store._setup_loop if isinstance(store, RunEventStore) else None
-        if self.owns_store or loop is None or not loop.is_running():
+        if self.owns_store or not takes_work(loop):
             return None
         return loop
 
@@ -105,7 +106,7 @@ class JournalWriter:
         if not self.owns_store:
             current = running_loop()
             for home in (self.store_loop(), self.home_loop):
-                if home is not None and home.is_running() and home is not current:
+                if takes_work(home) and home is not current:
                     return home
         return background_loop()
 
@@ -113,9 +114,12 @@ class JournalWriter:
         """The loop running the graph under ``ainvoke`` (``sync``: a plain ``invoke``), else
         ``blocking_loop()``: progress snapshots go there, and writes to a store passed in."""
         if not sync:
-            loop = running_loop() or self.home_loop  # a sync node's thread: the run's loop
-            if loop is not None and loop.is_running():
+            loop = running_loop()
+            if loop is not None:
                 return loop
+            home = self.home_loop
+            if takes_work(home):  # a sync node's thread: the run's loop
+                return home
         return self.blocking_loop()
 
     def write_loop(self, sync: bool) -> asyncio.AbstractEventLoop:

@@ -375,6 +375,8 @@ class RunEventStore(ABC):
         self._setup_lock: asyncio.Lock | None = None
         #: The loop the store was set up on: what it opened (a pool, locks) belongs to it.
         self._setup_loop: asyncio.AbstractEventLoop | None = None
+        #: The loop of the setup holding ``_setup_lock``, if one does.
+        self._setting_up: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -382,20 +384,30 @@ class RunEventStore(ABC):
         """Create or migrate what the backend needs; safe to call any number of times."""
         if self._is_setup:
             return
-        if self._setup_lock is None:
+        holder = self._setting_up
+        if self._setup_lock is None or (holder is not None and holder.is_closed()):
+            # A setup whose loop closed under it never releases its lock: this one starts over.
             self._setup_lock = asyncio.Lock()
+            self._setting_up = None
         async with self._setup_lock:
             if not self._is_setup:
+                loop = self._setting_up = asyncio.get_running_loop()
                 try:
                     await self._setup()
+                except GeneratorExit:
+                    # Dropped with its closed loop: what it opened may be a later setup's now.
+                    raise
                 except BaseException:
                     # Release what a failed setup opened (a pool, a connection) before raising.
                     with contextlib.suppress(Exception):
                         await self._close()
                     raise
+                finally:
+                    if self._setting_up is loop:
+                        self._setting_up = None
                 self._is_setup = True
                 self._closed = False
-                self._setup_loop = asyncio.get_running_loop()
+                self._setup_loop = loop
 
     async def close(self) -> None:
         """Release what the store opened itself (never a connection or pool it was given)."""

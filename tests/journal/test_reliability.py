@@ -1,7 +1,8 @@
 """A journal whose store refuses an event, fails, or loses the answer to a write it took: the
 refused event is dropped alone and counted (one too long for any store is cut to fit
 instead), a failing store is retried with nothing dropped, and a batch retried after its
-answer was lost is written once (on every backend)."""
+answer was lost is written once (on every backend), and so is one whose event loop was closed
+under it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ from typing import Any
 import pytest
 from langchain_core.tools import tool
 
-from deerflow_journal import EventRefused, RunEventStore, RunJournal
+from deerflow_journal import (
+    EventRefused,
+    MemoryRunEventStore,
+    RunEventStore,
+    RunJournal,
+    SqliteRunEventStore,
+)
 from deerflow_journal.records import JSON_MAX_LENGTH, encode_json
 from deerflow_journal.stores.base import Write, Written
 from tests.backends import PostgresBackend
@@ -33,6 +40,7 @@ from tests.journal.agents import (
 )
 
 RealWrite = Callable[..., Awaitable[Written]]
+ANSWER_SEQUENCE = ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
 
 
 @tool
@@ -364,3 +372,70 @@ async def test_a_journal_dropped_after_its_run_is_freed_without_the_cycle_collec
         assert gone() is None
     finally:
         gc.enable()
+
+
+# -- a loop closed under a write -----------------------------------------------------------
+
+
+def stalled_once(store: RunEventStore, stage: str) -> list[str]:
+    """Make the store's first journal write stall (``commit``: after storing its batch) or its
+    first setup (``setup``) until its loop is closed under it; the list names what stalled."""
+    stalled: list[str] = []
+    method = "_setup" if stage == "setup" else "_write"
+    real = getattr(store, method)
+
+    async def stall() -> None:
+        stalled.append(stage)
+        await asyncio.Event().wait()  # only the loop closing ends it
+
+    async def stalling(*args: Any) -> Any:
+        if stalled or (method == "_write" and args[0].batch_id is None):
+            return await real(*args)
+        if stage != "commit":
+            await stall()
+        written = await real(*args)
+        await stall()
+        return written
+
+    setattr(store, method, stalling)
+    return stalled
+
+
+@pytest.mark.parametrize("then", ["next_run", "close"])
+@pytest.mark.parametrize("stage", ["write", "commit", "setup"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_write_whose_loop_is_closed_under_it_is_written_next_once(tmp_path, kind, stage, then):
+    """``loop.run_until_complete(graph.ainvoke(...))`` then ``loop.close()``, as a task
+    queue's worker does per task, while the run's write (or the store's lazy setup) runs."""
+    store = MemoryRunEventStore() if kind == "memory" else SqliteRunEventStore(tmp_path / "j.db")
+    if stage != "setup":
+        asyncio.run(store.setup())
+    stalled = stalled_once(store, stage)
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(fetching_graph().ainvoke(QUESTION, {"callbacks": [journal]}))
+        deadline = time.monotonic() + 60  # a loaded machine's turns, not a speed bound
+        while not stalled and time.monotonic() < deadline:  # it may start on the next turn
+            loop.run_until_complete(asyncio.sleep(0.001))
+        assert stalled
+    finally:
+        loop.close()
+    first = journal.run_id
+
+    async def next_run() -> None:
+        await agent_graph(scripted(ai("3"))).ainvoke(QUESTION, {"callbacks": [journal]})
+        await asyncio.wait_for(journal.flush(), 60)
+
+    if then == "next_run":
+        asyncio.run(next_run())
+    else:
+        journal.close()
+
+    async def read(run_id: str) -> list[str]:
+        events = await asyncio.wait_for(store.list_events(run_id, run_id), 60)
+        return [event["event_type"] for event in events]
+
+    assert asyncio.run(read(first)) == ONE_TOOL_CALL_SEQUENCE  # written, and once
+    if then == "next_run":
+        assert asyncio.run(read(journal.run_id)) == ANSWER_SEQUENCE
