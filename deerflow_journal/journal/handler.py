@@ -76,7 +76,11 @@ def _names_no_thread(metadata: Mapping[str, Any] | None) -> bool:
 
 def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
     """The LangGraph config's ``thread_id``, or ``None`` if absent or not a storable id."""
-    found = (metadata or {}).get("thread_id")
+    return _storable_thread_id((metadata or {}).get("thread_id"))
+
+
+def _storable_thread_id(found: Any) -> str | None:
+    """A config's ``thread_id`` value as stored, or ``None`` if absent or not a storable id."""
     if found is None or found == "":
         return None
     try:
@@ -420,7 +424,7 @@ class RunJournal(GraphCallbackHandler):
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
                 if state.thread_id is None:
-                    self._thread_found(state, kwargs.get("metadata"))
+                    self._thread_found(state)
             return
         if self._joined_caller_run(run_id):
             return
@@ -481,10 +485,10 @@ class RunJournal(GraphCallbackHandler):
     ) -> Snapshot | None:
         """Bind the next run to a root call, write its ``run.start``, start its snapshot.
 
-        A root ``chain`` given no thread id may be a graph's wrapper (``with_retry()``, a
-        function or sequence calling it): the graph's own chain names the config's thread
-        (LangGraph copies it into metadata below the root), so the thread waits for the first
-        nested chain naming one, or the run's first event after ``run.start``.
+        A root ``chain`` whose metadata names no thread may be a graph's wrapper
+        (``with_retry()``, a function or sequence calling it): LangGraph copies the config's
+        thread into the metadata of its own chain only, so the thread waits for the first
+        nested chain, which can read the root's config (``_thread_found``).
         """
         sync = dispatched_synchronously()
         loop = running_loop()
@@ -522,13 +526,15 @@ class RunJournal(GraphCallbackHandler):
             self._queue_summary(state)
         return snapshot
 
-    def _thread_found(self, state: RunState, metadata: Mapping[str, Any] | None) -> None:
-        """Bind a run waiting for its thread to the one a nested chain's config names."""
-        if _names_no_thread(metadata):
-            return
+    def _thread_found(self, state: RunState) -> None:
+        """Bind a run waiting for its thread, at its first nested chain, to the thread of the
+        root's config (LangChain hands it to the root's children; a graph nested deeper, such
+        as a subagent's, may name a thread of its own), else to the run id."""
+        config = var_child_runnable_config.get() or {}
+        found = (config.get("configurable") or {}).get("thread_id")
         with self._lock:
             if state.thread_id is None:
-                thread_id = _config_thread_id(metadata)
+                thread_id = _storable_thread_id(found)
                 state.on_thread = thread_id is not None
                 self._bind_thread(state, thread_id or state.run_id or "")
 
@@ -1313,8 +1319,6 @@ class RunJournal(GraphCallbackHandler):
         """Give every recorded event a run it can be written under, now."""
         with self._lock:
             for state in {id(state): state for state in self._runs.values()}.values():
-                if state.thread_id is None and state.run_id is not None:
-                    self._bind_thread(state, state.run_id)  # flushed before a chain named one
                 self._write_outcomes(state)
             waiting = self._next
             if self._run_id is None or waiting is None or not waiting.unbound_events:

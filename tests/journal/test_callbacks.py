@@ -1369,19 +1369,43 @@ def test_a_graph_wrapped_at_the_root_is_journaled_under_its_configs_thread(how):
     assert asyncio.run(store.list_threads()) == asyncio.run(store.list_threads(limit=1))
 
 
-def test_a_flush_before_a_wrapped_graph_starts_writes_the_run_under_its_run_id():
+def test_a_wrapped_root_takes_its_own_configs_thread_not_a_graph_it_runs_on_another():
     store = MemoryRunEventStore()
     journal = RunJournal(event_store=store)
+    helper = StateGraph(MessagesState)
+    helper.add_node("noop", lambda state: {})
+    helper.add_edge(START, "noop")
+    bookkeeping = helper.compile(checkpointer=InMemorySaver())
+    chat = agent_graph(scripted(ai("ok")), checkpointer=InMemorySaver())
 
-    def prepare(inputs: Any) -> Any:
-        asyncio.run(journal.flush())  # nothing named the thread yet: flushed under the run id
-        return inputs
+    def handle(inputs: Any, config: RunnableConfig) -> Any:
+        bookkeeping.invoke({"messages": []}, {"configurable": {"thread_id": "bookkeeping"}})
+        return chat.invoke(inputs, config)
 
-    graph = RunnableLambda(prepare) | agent_graph(scripted(ai("ok")))
-    graph.invoke(QUESTION, {"callbacks": [journal], "configurable": {"thread_id": "chat-7"}})
+    config: RunnableConfig = {"callbacks": [journal], "configurable": {"thread_id": "chat-7"}}
+    RunnableLambda(handle).invoke(QUESTION, config)
+    assert journal.thread_id == "chat-7"
+    assert [t.thread_id for t in asyncio.run(store.list_threads())] == ["chat-7"]
+
+
+def test_a_graph_given_no_thread_is_not_journaled_under_a_thread_its_subagent_names():
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    subagent = agent_graph(scripted(ai("found it")), checkpointer=InMemorySaver())
+
+    def research(state: MessagesState) -> dict[str, Any]:
+        config: RunnableConfig = {"configurable": {"thread_id": "subagent-9"}}
+        found = subagent.invoke({"messages": [HumanMessage("look it up")]}, config)
+        return {"messages": [found["messages"][-1]]}
+
+    lead = StateGraph(MessagesState)
+    lead.add_node("research", research)
+    lead.add_node("agent", model_node(scripted(ai("done"))))
+    lead.add_edge(START, "research")
+    lead.add_edge("research", "agent")
+    lead.compile().invoke(QUESTION, {"callbacks": [journal]})
     assert journal.thread_id == journal.run_id
-    events = asyncio.run(store.list_events(journal.run_id or "", journal.run_id or ""))
-    assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+    assert [t.thread_id for t in asyncio.run(store.list_threads())] == [journal.run_id]
 
 
 async def test_a_root_that_never_reaches_a_graph_keeps_the_run_id_as_its_thread():
