@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "CANCELLED_ERROR_TYPES",
     "FIXED_RUN_EVENT_DEFINITIONS",
     "JOURNAL_RUN_EVENT_DEFINITIONS",
     "LEGACY_EVENT_ALIASES",
@@ -167,3 +168,9 @@ FIXED_RUN_EVENT_DEFINITIONS = (
 
 #: Historical names readers still recognise; no producer may write them.
 LEGACY_EVENT_ALIASES = {"ai_message": LLM_AI_RESPONSE_EVENT.event_type}
+
+#: ``error_type`` values of a ``run.error`` whose run was stopped (status ``cancelled``), not
+#: failed: a cancelled task, a stream closed early, Ctrl-C, ``sys.exit()``.
+CANCELLED_ERROR_TYPES = frozenset(
+    {"CancelledError", "GeneratorExit", "KeyboardInterrupt", "SystemExit"}
+)

@@ -27,6 +27,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from uuid import UUID
 
+from deerflow_journal.catalog import CANCELLED_ERROR_TYPES
 from deerflow_journal.cost import model_cost
 from deerflow_journal.journal.usage import token_counts
 from deerflow_journal.offload import to_thread
@@ -295,7 +296,7 @@ class _RunSpans:
         status = _text(_get(metadata, "status"))
         if kind == "run.error":
             error_type = _text(_get(metadata, "error_type")) or "error"
-            cancelled = error_type in ("CancelledError", "KeyboardInterrupt")
+            cancelled = error_type in CANCELLED_ERROR_TYPES
             status = "cancelled" if cancelled else "error"
             if not cancelled:
                 self.root.set_attribute("error.type", error_type)

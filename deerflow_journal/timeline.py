@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from deerflow_journal.catalog import (
+    CANCELLED_ERROR_TYPES,
     LLM_AI_RESPONSE_EVENT,
     LLM_ERROR_EVENT,
     LLM_HUMAN_INPUT_EVENT,
@@ -42,7 +43,6 @@ __all__ = ["TimelineRow", "format_duration", "render_summary", "render_timeline"
 #: Longest piece of event text (a message, a result, call arguments) a row keeps.
 _PIECE_CHARS = 240
 _AI_TYPES = frozenset({LLM_AI_RESPONSE_EVENT.event_type, "ai_message"})
-_CANCELLED_ERRORS = frozenset({"CancelledError", "GeneratorExit", "KeyboardInterrupt"})
 
 _RESET = "\x1b[0m"
 _DIM = "\x1b[2m"
@@ -268,7 +268,7 @@ class _Describer:
             return {"text": _joined(f"{mark}{status}", count), "status": status}
         if kind == RUN_ERROR_EVENT.event_type:
             error_type = _str(_get(metadata, "error_type")) or "error"
-            status = "cancelled" if error_type in _CANCELLED_ERRORS else "error"
+            status = "cancelled" if error_type in CANCELLED_ERROR_TYPES else "error"
             return {"text": f"✗ {status}: {error_type}: {_short(content)}", "status": status}
         if kind == RUN_INTERRUPT_EVENT.event_type:
             return self._interrupt(seq, content)

@@ -3,6 +3,7 @@ in-memory exporter, and over OTLP/HTTP to a receiver in the test that decodes th
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import subprocess
 import sys
@@ -145,6 +146,23 @@ async def test_a_failed_run_has_an_error_root_span(tmp_path):
     assert root.attributes["error.type"] == "RuntimeError"
     assert root.attributes["deerflow.run.status"] == "error"
     assert children["chat fake-model"][0].attributes["gen_ai.request.model"] == "fake-model"
+
+
+def test_a_run_a_tool_ended_with_sys_exit_is_cancelled_not_an_error_span():
+    @tool
+    def leave(code: int) -> str:
+        """Exit the program."""
+        sys.exit(code)
+
+    journal = RunJournal(event_store="memory://")
+    model = scripted(ai("", calls=[("leave", {"code": 3}, "c1")]))
+    with pytest.raises(SystemExit):
+        agent_graph(model, [leave], handle_tool_errors=False).invoke(
+            QUESTION, {"callbacks": [journal]}
+        )
+    root, _ = span_tree(run_spans(asyncio.run(run_events(journal))))
+    assert root.status.status_code is not StatusCode.ERROR
+    assert root.attributes["deerflow.run.status"] == "cancelled"
 
 
 async def test_live_mode_exports_each_run_once_as_it_ends(store):

@@ -40,6 +40,7 @@ from deerflow_journal import (
     RunSummary,
     SqliteRunEventStore,
     open_store,
+    timeline_rows,
 )
 from tests.backends import Backend
 from tests.journal.agents import (
@@ -576,6 +577,7 @@ def test_a_tool_exiting_the_program_ends_the_run_cancelled_either_way(sync):
     events = asyncio.run(run_events(journal))
     assert types(events)[-2:] == ["tool.unresolved", "run.error"]
     assert events[-2]["content"]["reason"] == "cancelled"
+    assert timeline_rows(events)[-1].status == "cancelled"
 
 
 # -- a forgotten flush ---------------------------------------------------------------------
