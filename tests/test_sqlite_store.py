@@ -869,6 +869,32 @@ async def test_a_file_deleted_under_an_open_store_is_made_anew(tmp_path, files):
     assert thread_rows(path) == [(1, '"new"'), (2, '"one"')]
 
 
+@pytest.mark.parametrize("files", [("",), ("", "-wal", "-shm"), "replaced"])
+async def test_two_stores_of_a_process_reopening_a_new_file_keep_each_others_rows(tmp_path, files):
+    """The second store's old connection shares the -wal at the path with the first store's
+    new one unless the first gave the new file sidecars of its own."""
+    path, other = tmp_path / "j.db", tmp_path / "other.db"
+    async with SqliteRunEventStore(other) as store:
+        await store.put(**ev(content="theirs"))
+    first, second = SqliteRunEventStore(path), SqliteRunEventStore(path)
+    async with first, second:
+        await first.put_batch([ev(content="old")] * 3)
+        await second.list_events(T, "r1")
+        if files == "replaced":
+            os.replace(other, path)
+        else:
+            for suffix in files:
+                os.remove(f"{path}{suffix}")
+        for n in range(3):
+            await first.put(**ev(content=f"first {n}"))
+        await second.put(**ev(content="second"))
+    contents = [content for _, content in thread_rows(path)]
+    mine = ['"first 0"', '"first 1"', '"first 2"', '"second"']
+    assert contents == (['"theirs"', *mine] if files == "replaced" else mine)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
 async def test_a_file_replaced_under_an_open_store_takes_the_writes_and_keeps_its_own(tmp_path):
     path, other = tmp_path / "j.db", tmp_path / "other.db"
     async with SqliteRunEventStore(other) as store:

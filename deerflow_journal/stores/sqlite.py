@@ -479,6 +479,8 @@ class _Connection:
         self._conn: sqlite3.Connection | None = None
         # (device, inode) of the file the connection opened; None for no file (":memory:").
         self._file: tuple[int, int] | None = None
+        # (device, inode) of the -wal and -shm files this connection uses, once seen.
+        self._sidecars: dict[str, tuple[int, int]] = {}
 
     def connect(self) -> None:
         """Open the path."""
@@ -504,7 +506,10 @@ class _Connection:
             self._reopen(moved=True)
         assert self._conn is not None
         try:
-            return _run_here(self._conn, make())
+            result = _run_here(self._conn, make())
+            if self._file is not None and len(self._sidecars) < 2:
+                self._note_sidecars()
+            return result
         except sqlite3.OperationalError as exc:
             if self._read_only or _error_code(exc) != sqlite3.SQLITE_READONLY:
                 raise
@@ -515,8 +520,15 @@ class _Connection:
     def close(self) -> None:
         """Close the connection, if open."""
         conn, self._conn, self._file = self._conn, None, None
+        self._sidecars = {}
         if conn is not None:
             conn.close()
+
+    def _note_sidecars(self) -> None:
+        """Remember the -wal and -shm files the connection uses (SQLite makes them lazily)."""
+        for suffix in ("-wal", "-shm"):
+            if suffix not in self._sidecars and (ident := _ident(f"{self._path}{suffix}")):
+                self._sidecars[suffix] = ident
 
     def _replaced(self) -> bool:
         """Whether the file at the path is no longer the one the connection has open."""
@@ -532,14 +544,24 @@ class _Connection:
 
     def _reopen(self, *, moved: bool = False) -> sqlite3.Connection:
         """Close the connection and open the path again, setting up the file found there."""
+        ours = []
         if moved and self._conn is not None:
-            # SQLite neither checkpoints nor removes the -wal file of a moved database as it
-            # closes: empty it, or the next file at the path would read its frames as its own.
-            # Best effort: waiting for another process still on the old file is no use.
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("PRAGMA busy_timeout = 0")
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            # The -wal and -shm still at the path that this connection opened are ours: ours
+            # only is emptied (SQLite neither checkpoints nor removes the -wal of a moved
+            # database as it closes, and the next file at the path would read its frames as
+            # its own) and removed, so that the new file gets its own. Those another store of
+            # the process reopened there since are the new file's: checkpointing them would
+            # copy its rows into the old one. Best effort: waiting for another process still
+            # on the old file is no use.
+            ours = [s for s, ident in self._sidecars.items() if _ident(f"{self._path}{s}") == ident]
+            if "-wal" in ours:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("PRAGMA busy_timeout = 0")
+                    self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         self.close()
+        for suffix in ours:  # the new file gets sidecars of its own
+            with contextlib.suppress(OSError):
+                os.unlink(f"{self._path}{suffix}")
         self.connect()
         conn = self._conn
         assert conn is not None
@@ -549,6 +571,15 @@ class _Connection:
             self.close()
             raise
         return conn
+
+
+def _ident(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, or ``None`` if there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def _set_up_here(conn: sqlite3.Connection, path: str) -> None:
