@@ -758,16 +758,31 @@ class RunJournal(GraphCallbackHandler):
     def on_interrupt(self, event: GraphInterruptEvent) -> None:
         """Remember the pause; the root chain's end then writes ``run.interrupt``."""
         with self._lock:
-            state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
-            if state is not None and state.root == event.run_id:
+            state = self._top_graphs_run(event)
+            if state is not None:
                 state.interrupt = event
 
     def on_resume(self, event: GraphResumeEvent) -> None:
         """Write ``run.resume`` when a root invocation resumes from a checkpoint."""
         with self._lock:
-            state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
-            if state is not None and state.root == event.run_id:
+            state = self._top_graphs_run(event)
+            if state is not None:
                 self._emit(state, mapping.run_resume_event(event))
+
+    def _top_graphs_run(self, event: GraphInterruptEvent | GraphResumeEvent) -> RunState | None:
+        """The run whose own graph paused or resumed: the root, or a graph the root calls
+        itself (``with_retry()``, a sequence or function around it), not a subgraph or a
+        graph a node runs on a thread of its own, whose pause is not the run's."""
+        state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
+        if state is None or state.root == event.run_id:
+            return state
+        if event.checkpoint_ns:  # a subgraph
+            return None
+        # The graph's callbacks are its caller's children: LangChain's config context names
+        # the caller's run as their parent.
+        callbacks = (var_child_runnable_config.get() or {}).get("callbacks")
+        caller = getattr(callbacks, "parent_run_id", None)
+        return state if caller is not None and caller == state.root else None
 
     # -- models --------------------------------------------------------------------------------
 

@@ -1351,7 +1351,49 @@ def _wrapped(graph: Any, how: str) -> Any:
         return graph.with_fallbacks([graph])
     if how == "sequence":  # a first step whose chain is given no thread id
         return RunnableLambda(lambda inputs: inputs, name="prepare") | graph
-    return RunnableLambda(lambda inputs, config: graph.invoke(inputs, config), name="wrapper")
+
+    async def acall(inputs: Any, config: RunnableConfig) -> Any:
+        return await graph.ainvoke(inputs, config)
+
+    return RunnableLambda(
+        lambda inputs, config: graph.invoke(inputs, config), afunc=acall, name="wrapper"
+    )
+
+
+@pytest.mark.parametrize("how", ["retry", "fallbacks", "sequence", "function"])
+async def test_a_wrapped_graph_pauses_and_resumes_its_run(how):
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    model = scripted(ai("", calls=[("ask_human", {"question": "which?"}, "c1")]), ai("done"))
+    graph = _wrapped(agent_graph(model, [ask_human], checkpointer=InMemorySaver()), how)
+    config: RunnableConfig = {"callbacks": [journal], "configurable": {"thread_id": "chat-1"}}
+    await graph.ainvoke(QUESTION, config)
+    assert journal.summary().status == "interrupted"
+    assert types(await run_events(journal, flush=True))[-1] == "run.interrupt"
+    await graph.ainvoke(Command(resume="the red one"), config)
+    assert journal.summary().status == "success"
+    assert types(await run_events(journal, flush=True))[:2] == ["run.start", "run.resume"]
+
+
+def test_a_graph_a_node_runs_on_its_own_thread_pausing_does_not_pause_the_run():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    asks = [ai("", calls=[("ask_human", {"question": "which?"}, f"c{n}")]) for n in (1, 2)]
+    helper = agent_graph(scripted(*asks), [ask_human], checkpointer=InMemorySaver())
+
+    def research(state: MessagesState) -> dict[str, Any]:
+        config: RunnableConfig = {"configurable": {"thread_id": "helper-9"}}
+        paused = helper.invoke({"messages": [HumanMessage("look it up")]}, config)
+        assert "__interrupt__" in paused  # returned to the node, which goes on
+        return {"messages": [AIMessage("looked")]}
+
+    lead = StateGraph(MessagesState)
+    lead.add_node("research", research)
+    lead.add_edge(START, "research")
+    lead = lead.compile()
+    for runnable in (lead, lead.with_retry()):
+        runnable.invoke(QUESTION, {"callbacks": [journal]})
+        assert journal.summary().status == "success"
+        assert types(asyncio.run(run_events(journal)))[-1] == "run.end"
 
 
 @pytest.mark.parametrize("how", ["retry", "fallbacks", "sequence", "function"])
