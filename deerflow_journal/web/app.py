@@ -30,6 +30,7 @@ from deerflow_journal.stores.base import RunEventStore
 from deerflow_journal.web import api, pages
 from deerflow_journal.web.params import ParamError
 from deerflow_journal.web.reads import NotFound, Reader
+from deerflow_journal.web.urls import ROOT_KEY, viewer_root
 
 __all__ = ["CONTENT_SECURITY_POLICY", "create_app"]
 
@@ -98,6 +99,22 @@ class AllowedHosts:
         await self.app(scope, receive, send)
 
 
+class ViewerRoot:
+    """Records where the viewer is mounted as a request enters it (``urls.viewer_root``).
+
+    A mount inside the viewer (``/static``) extends ``root_path`` before a handler or an
+    error page sees the scope; links are made from the viewer's own root all the same.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope = {**scope, ROOT_KEY: scope.get("root_path", "")}
+        await self.app(scope, receive, send)
+
+
 def _segment(raw: str) -> str:
     """A path segment as sent, decoded but for "%" and "/", which stay percent-encoded."""
     return unquote(raw).replace("%", "%25").replace("/", "%2F")
@@ -132,8 +149,7 @@ class EncodedSlashes:
 
 def _wants_json(request: Request) -> bool:
     # The path below the app's mount point: under a root path, /viewer/api/... is the API too.
-    path, root = request.scope["path"], request.scope.get("root_path", "")
-    return path.removeprefix(root).startswith("/api/")
+    return request.scope["path"].removeprefix(viewer_root(request.scope)).startswith("/api/")
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
@@ -143,6 +159,39 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 async def _bad_param(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ParamError)
     return _error(request, 422, str(exc), parameter=exc.name)
+
+
+class ServerErrors:
+    """Answers an unexpected exception (a store that fails, a bug) with the viewer's error,
+    JSON or a page, status 500, and logs it with its traceback.
+
+    Inside ``SecurityHeaders``, so the answer carries the headers; Starlette's own handler
+    for ``Exception`` runs outside every middleware and would answer without them.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if started:  # too late for another answer: the server closes the connection
+                raise
+            logger.error("%s %s failed", scope.get("method"), scope.get("path"), exc_info=exc)
+            # The type only: a store's message may name its host or file; the log has it all.
+            message = f"the viewer could not answer: {type(exc).__name__} (see the server's log)"
+            await _error(Request(scope), 500, message)(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -202,7 +251,12 @@ def create_app(
             app.state.reader = Reader(opened, user_id)
             yield
 
-    middleware = [Middleware(SecurityHeaders), Middleware(EncodedSlashes)]
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(ViewerRoot),
+        Middleware(EncodedSlashes),
+        Middleware(ServerErrors),
+    ]
     if allowed_hosts is not None:
         middleware.append(Middleware(AllowedHosts, hosts=list(allowed_hosts)))
     app = Starlette(

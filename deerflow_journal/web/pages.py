@@ -18,7 +18,7 @@ from deerflow_journal.timeline import format_duration, render_summary
 from deerflow_journal.web import params, timeline_view
 from deerflow_journal.web.api import JSONResponse, reader, thread_cursor
 from deerflow_journal.web.reads import NotFound
-from deerflow_journal.web.urls import path_id, url
+from deerflow_journal.web.urls import path_id, url, viewer_root
 
 __all__ = ["MAX_TIMELINE_EVENTS", "error_page", "routes"]
 
@@ -43,7 +43,7 @@ _env.filters["duration"] = format_duration
 
 def _page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
     body = _env.get_template(template).render(
-        root=request.scope.get("root_path", ""),
+        root=viewer_root(request.scope),
         user=reader(request).user_id,
         **context,
     )
@@ -53,7 +53,7 @@ def _page(request: Request, template: str, status: int = 200, **context: Any) ->
 def error_page(request: Request, status: int, message: str, *, headers: Any = None) -> Response:
     """An error as a page: the status and one line saying what is wrong."""
     body = _env.get_template("error.html").render(
-        root=request.scope.get("root_path", ""), user=None, status=status, message=message
+        root=viewer_root(request.scope), user=None, status=status, message=message
     )
     return HTMLResponse(body, status_code=status, headers=headers)
 
@@ -132,7 +132,8 @@ async def run_page(request: Request) -> Response:
 
 async def live_rows(request: Request) -> Response:
     """``/threads/{thread_id}/runs/{run_id}/live?after_seq=N``: the timeline rows after ``N``
-    as HTML pieces, and whether the run has finished (the page stops asking then)."""
+    as HTML pieces, each with the seq it answers; whether the run has finished, and whether it
+    has more events than a page holds (``cut``): the page stops asking at either."""
     after = params.count(request.query_params, "after_seq") or 0
     try:
         thread_id, run_id, made, cut = await _timeline(request, after)
@@ -142,16 +143,24 @@ async def live_rows(request: Request) -> Response:
         run_id = path_id(request.path_params, "run_id")
     summary = await reader(request).summary(thread_id, run_id)
     row = _env.get_template("row.html").module.row  # type: ignore[attr-defined]
-    root = request.scope.get("root_path", "")
+    root = viewer_root(request.scope)
     fresh = [item for item in made if item.row.seq > after]
     return JSONResponse(
         {
             "rows": [
-                {"seq": item.row.seq, "task": item.task, "html": str(row(item, root, thread_id))}
+                {
+                    "seq": item.row.seq,
+                    "task": item.task,
+                    # A row shown earlier gets its "→ #seq" from this: it is not sent again.
+                    "answers": item.row.answers,
+                    "html": str(row(item, root, thread_id)),
+                }
                 for item in fresh
             ],
             "last_seq": max([after, *(item.row.seq for item in fresh)]),
-            "finished": cut or _finished(summary),
+            # Apart: a run too long for the page may still be going.
+            "finished": _finished(summary),
+            "cut": cut,
         }
     )
 

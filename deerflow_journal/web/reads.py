@@ -15,8 +15,6 @@ from deerflow_journal.summary import RunStatus, RunSummary
 __all__ = ["MessagePage", "NotFound", "Reader", "RunLink"]
 
 _PAGE = 500  # events per store read
-#: Runs of a thread searched for an interrupt or a resume to link to.
-_LINKED_RUNS = 200
 
 
 class NotFound(LookupError):
@@ -165,26 +163,28 @@ class Reader:
 
     async def pauses(self, thread_id: str, run_id: str) -> dict[str, dict[str, RunLink]]:
         """The interrupts and resumes of the thread's other runs, by checkpoint id:
-        ``{"run.interrupt": {checkpoint: link}, "run.resume": {...}}``."""
+        ``{"run.interrupt": {checkpoint: link}, "run.resume": {...}}`` (the first of each)."""
         found: dict[str, dict[str, RunLink]] = {
             RUN_INTERRUPT_EVENT.event_type: {},
             RUN_RESUME_EVENT.event_type: {},
         }
-        runs = await self.store.list_run_summaries(
-            thread_id, limit=_LINKED_RUNS, user_id=self.user_id
-        )
-        for other in runs:
-            if other.run_id == run_id:
-                continue
-            for event in await self.store.list_events(
+        # One thread-wide read, paged: every run counts, however many runs the thread has.
+        after_seq = None
+        while True:
+            page = await self.store.list_events(
                 thread_id,
-                other.run_id,
+                None,
                 event_types=list(found),
                 limit=_PAGE,
+                after_seq=after_seq,
                 user_id=self.user_id,
-            ):
+            )
+            for event in page:
                 content = event["content"]
                 checkpoint = content.get("checkpoint_id") if isinstance(content, dict) else None
-                if isinstance(checkpoint, str):
-                    found[event["event_type"]][checkpoint] = RunLink(other.run_id, event["seq"])
-        return found
+                if event["run_id"] != run_id and isinstance(checkpoint, str):
+                    link = RunLink(event["run_id"], event["seq"])
+                    found[event["event_type"]].setdefault(checkpoint, link)
+            if len(page) < _PAGE:
+                return found
+            after_seq = page[-1]["seq"]

@@ -14,15 +14,25 @@ The API's paths are the pages' paths after ``/api``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote, unquote
 
 from deerflow_journal.records import check_text
 from deerflow_journal.web.params import ParamError
 
-__all__ = ["ESCAPE", "path_id", "url"]
+__all__ = ["ESCAPE", "ROOT_KEY", "path_id", "url", "viewer_root"]
 
 #: Starts an escaped id's segment; "~" is never percent-encoded, so it reaches the app as is.
 ESCAPE = "~"
+
+
+#: The scope key holding the viewer's own root path, recorded as a request enters the viewer.
+ROOT_KEY = "deerflow_journal.root"
+
+
+def viewer_root(scope: Mapping[str, Any]) -> str:
+    """The path the viewer is mounted at (``""`` at the server's root), for its links."""
+    return scope.get(ROOT_KEY, scope.get("root_path", ""))
 
 
 def _dots(text: str) -> bool:

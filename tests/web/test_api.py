@@ -335,6 +335,41 @@ async def test_every_response_carries_the_content_security_policy(viewer: Viewer
     assert "unsafe-inline" not in CONTENT_SECURITY_POLICY
 
 
+async def test_a_store_that_fails_mid_serve_answers_500_with_the_viewers_error(
+    viewer: Viewer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    # The real store, its reads failing as a server's that went away would.
+    monkeypatch.setattr(viewer.store, "list_threads", down)
+    monkeypatch.setattr(viewer.store, "list_run_summaries", down)
+    parent = Starlette(routes=[Mount("/viewer", app=create_app(viewer.store))])
+    async with client_of(parent) as mounted:
+        for client, root in ((viewer.client, ""), (mounted, "/viewer")):
+            caplog.clear()
+            response = await client.get(f"{root}/api/threads")
+            assert response.status_code == 500
+            assert response.headers["content-type"] == "application/json"
+            assert response.json() == {
+                "error": "the viewer could not answer: ConnectionError (see the server's log)",
+                "status": 500,
+            }
+            assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            (logged,) = [r for r in caplog.records if r.levelname == "ERROR"]
+            assert logged.exc_info is not None and logged.exc_info[0] is ConnectionError
+            for path in ("/", "/threads/weather"):
+                page = await client.get(root + path)
+                assert page.status_code == 500
+                assert page.headers["content-type"].startswith("text/html")
+                assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+                assert "the viewer could not answer: ConnectionError" in page.text
+                assert f'<a class="home" href="{root}/">' in page.text
+    # The reads that still work answer as before.
+    run_id = viewer.ids["weather"][0]
+    await get(viewer, f"/api/threads/weather/runs/{run_id}/events")
+
+
 def test_the_app_opens_a_store_url_read_only_while_it_runs(tmp_path):
     url = f"sqlite:///{tmp_path / 'journal.db'}"
 

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from deerflow_journal import RunSummary, open_store
+from deerflow_journal.web.pages import MAX_TIMELINE_EVENTS
 from tests.backends import skip_unless_ci
 from tests.journal.agents import ONE_TOOL_CALL_SEQUENCE
 from tests.web.journals import SLASHED_RUN, SLASHED_THREAD, XSS_HUMAN, fill
@@ -32,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "screenshots"
 HANG_GUARD = 60  # seconds: a guard against a hang, not a time limit
 LIVE_THREAD, LIVE_RUN = "live", "live-run"
+#: A running run whose tool call is answered while its page is open.
+CALLS_THREAD, CALLS_RUN = "live-calls", "calls-run"
+#: A running run one event short of what a timeline page holds.
+LONG_THREAD, LONG_RUN = "live-long", "long-run"
 #: Ids a browser would fold away as the path segments "." and ".." if put in a URL as they are.
 DOTS_THREAD, DOTS_RUN = "..", "."
 
@@ -87,7 +92,18 @@ async def make_journal(url: str, tmp_path: Path) -> dict[str, Any]:
             ]
         )
         await store.put_run_summary(RunSummary(thread_id=DOTS_THREAD, run_id=DOTS_RUN))
+        # The start of a weather run, up to its tool call; the test writes the call's result.
+        weather = await store.list_events("weather", ids["weather"][0])
+        await store.put_batch([copied(e, CALLS_THREAD, CALLS_RUN) for e in weather[:3]])
+        step = {"thread_id": LONG_THREAD, "run_id": LONG_RUN, "category": "trace"}
+        await store.put_batch([{**step, "event_type": "run.start"}] * (MAX_TIMELINE_EVENTS - 1))
     return ids
+
+
+def copied(event: Any, thread_id: str, run_id: str) -> dict[str, Any]:
+    """What to write for ``event`` as an event of another run."""
+    keep = ("event_type", "category", "content", "metadata")
+    return {"thread_id": thread_id, "run_id": run_id, **{k: event[k] for k in keep}}
 
 
 @pytest.fixture(scope="module")
@@ -237,9 +253,16 @@ def test_stored_html_renders_as_text_and_runs_nothing(served: Served, page: Any)
 WRITER = """
 import sys
 from deerflow_journal import RunSummary, open_sync_store
+from tests.web.test_browser import CALLS_RUN, CALLS_THREAD, LONG_RUN, LONG_THREAD, copied
 step = sys.argv[2]
 with open_sync_store(sys.argv[1]) as store:
-    if step == "message":
+    if step == "tool-result":  # the result of the weather run's call, the run's 4th event
+        weather = store.list_events("weather", sys.argv[3])
+        store.put_batch([copied(weather[3], CALLS_THREAD, CALLS_RUN)])
+    elif step == "past-the-page":
+        store.put_batch([{"thread_id": LONG_THREAD, "run_id": LONG_RUN, "category": "trace",
+                          "event_type": "run.start"}] * 2)
+    elif step == "message":
         store.put(thread_id="live", run_id="live-run", event_type="llm.human.input",
                   category="message",
                   content={"type": "human", "content": "written by another process"})
@@ -251,9 +274,9 @@ with open_sync_store(sys.argv[1]) as store:
 """
 
 
-def write_from_another_process(url: str, step: str) -> None:
+def write_from_another_process(url: str, step: str, *args: str) -> None:
     subprocess.run(
-        [sys.executable, "-c", WRITER, url, step],
+        [sys.executable, "-c", WRITER, url, step, *args],
         check=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=HANG_GUARD,
@@ -279,6 +302,46 @@ def test_a_row_appears_while_another_process_writes_to_the_run(served: Served, p
     page.wait_for_function(
         "() => document.getElementById('live-status').textContent.includes('finished')"
     )
+
+
+def test_a_call_shown_live_links_to_its_outcome_when_that_is_written(served: Served, page: Any):
+    page.goto(f"{served.base}/threads/{CALLS_THREAD}/runs/{CALLS_RUN}")
+    assert page.locator("#timeline").get_attribute("data-live") == "1"
+    call = page.locator("#timeline .row[data-seq]").nth(2)
+    assert call.locator(".kind").inner_text() == "llm.ai.response"
+    assert call.locator("a.answered-by").count() == 0
+    write_from_another_process(served.url, "tool-result", served.ids["weather"][0])
+    result = page.locator("#timeline .row[data-seq]").nth(3)
+    result.wait_for()
+    seq = result.get_attribute("data-seq")
+    assert call.locator("a.answered-by").inner_text() == f"→ #{seq}"
+    shown = call.locator("summary").inner_text()
+    call.locator("a.answered-by").click()
+    assert page.locator(".row:target .kind").inner_text() == "llm.tool.result"
+    page.reload()
+    assert page.locator("#timeline .row[data-seq]").nth(2).locator("summary").inner_text() == (
+        shown
+    )
+
+
+def test_a_running_run_past_what_the_page_holds_is_not_called_finished(served: Served, page: Any):
+    page.goto(f"{served.base}/threads/{LONG_THREAD}/runs/{LONG_RUN}")
+    assert page.locator("#timeline").get_attribute("data-live") == "1"
+    write_from_another_process(served.url, "past-the-page")
+    rest = page.locator("#live-status a.rest")
+    rest.wait_for()
+    status = page.locator("#live-status").inner_text()
+    assert status == "the run has more events than this page holds: the rest from the JSON API"
+    rows = page.locator("#timeline .row[data-seq]")
+    assert rows.count() == MAX_TIMELINE_EVENTS
+    last = rows.last.get_attribute("data-seq")
+    assert rest.get_attribute("href") == (
+        f"/api/threads/{LONG_THREAD}/runs/{LONG_RUN}/events?after_seq={last}"
+    )
+    with page.expect_response(lambda r: "/events?" in r.url) as answer:
+        rest.click()
+    (event,) = answer.value.json()["events"]
+    assert event["seq"] == int(last) + 1
 
 
 def test_tasks_diffs_and_an_interrupt_linked_to_its_resume(served: Served, page: Any):

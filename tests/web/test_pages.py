@@ -6,14 +6,17 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from urllib.parse import unquote
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from deerflow_journal import open_store
 from deerflow_journal.summary import RunSummary
-from deerflow_journal.web import create_app, pages
+from deerflow_journal.web import create_app, pages, reads
 from tests.web.conftest import Viewer, client_of
 from tests.web.journals import SLASHED_RUN, SLASHED_THREAD, XSS_AI
 
@@ -98,6 +101,24 @@ async def test_workspace_changes_are_shown_as_diffs(viewer: Viewer):
     assert re.search(r'<span class="file-status">created</span> [^<]*report\.md', text)
 
 
+async def test_an_interrupt_and_its_resume_stay_linked_however_many_runs_follow(
+    viewer: Viewer, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(reads, "_PAGE", 1)  # the thread's pauses are read a page at a time
+    paused, resumed = viewer.ids["hitl"]
+    started = datetime.now(UTC)  # after both runs: the later runs are listed first
+    async with viewer.backend.make() as writable:
+        for n in range(250):
+            later = RunSummary(thread_id="hitl", run_id=f"later-{n}", started_at=started)
+            await writable.put_run_summary(later)
+    listed = await viewer.store.list_run_summaries("hitl", limit=252)
+    assert [s.run_id for s in listed[-2:]] == [resumed, paused]  # the oldest
+    first = await page(viewer, f"/threads/hitl/runs/{paused}")
+    assert re.findall(r'class="other-run" href="/threads/hitl/runs/([^"#]+)#', first) == [resumed]
+    second = await page(viewer, f"/threads/hitl/runs/{resumed}")
+    assert re.findall(r'class="other-run" href="/threads/hitl/runs/([^"#]+)#', second) == [paused]
+
+
 async def test_an_interrupt_and_its_resume_link_to_each_other_across_runs(viewer: Viewer):
     paused, resumed = viewer.ids["hitl"]
     (interrupt,) = await viewer.store.list_events("hitl", paused, event_types="run.interrupt")
@@ -121,6 +142,69 @@ async def test_the_live_rows_are_those_after_the_seq_asked(viewer: Viewer):
     assert all(f'id="e-{row["seq"]}"' in row["html"] for row in body["rows"])
     text = await page(viewer, f"/threads/weather/runs/{run_id}")
     assert 'data-live="0"' in text  # a finished run is not polled
+
+
+async def test_a_live_row_names_the_row_it_answers(viewer: Viewer):
+    run_id = viewer.ids["weather"][0]
+    events = await viewer.store.list_events("weather", run_id)
+    call, result = events[2]["seq"], events[3]["seq"]
+    response = await viewer.client.get(f"/threads/weather/runs/{run_id}/live?after_seq={call}")
+    rows = response.json()["rows"]
+    # The call was shown before: only the result's row says it has an answer now.
+    assert [(row["seq"], row["answers"]) for row in rows[:2]] == [
+        (result, call),
+        (result + 1, None),
+    ]
+
+
+async def write_steps(viewer: Viewer, count: int) -> None:
+    """``count`` more events of run ``r`` of thread ``long``, written as a running run does."""
+    step = {"thread_id": "long", "run_id": "r", "event_type": "run.start", "category": "trace"}
+    async with viewer.backend.make() as writable:
+        await writable.put_batch([step] * count)
+
+
+async def test_a_running_run_longer_than_the_page_is_cut_not_finished(
+    viewer: Viewer, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(pages, "MAX_TIMELINE_EVENTS", 3)
+    live = "/threads/long/runs/r/live"
+    await write_steps(viewer, 2)  # no summary yet: the run is going
+    body = (await viewer.client.get(live, params={"after_seq": 0})).json()
+    assert (body["finished"], body["cut"], len(body["rows"])) == (False, False, 2)
+    await write_steps(viewer, 2)
+    events = await viewer.store.list_events("long", "r")
+    body = (await viewer.client.get(live, params={"after_seq": body["last_seq"]})).json()
+    assert (body["finished"], body["cut"]) == (False, True)
+    assert [row["seq"] for row in body["rows"]] == [events[2]["seq"]]
+    # The page says where the rest is, and does not poll.
+    text = await page(viewer, "/threads/long/runs/r")
+    assert 'data-live="0"' in text and "Showing the first 3 events; the run has more" in text
+    (rest,) = re.findall(r'class="rest" href="([^"]+)"', text)
+    assert rest == f"/api/threads/long/runs/r/events?after_seq={events[2]['seq']}"
+    assert (await viewer.client.get(rest)).json()["events"] == events[3:]
+    async with viewer.backend.make() as writable:
+        await writable.put_run_summary(RunSummary(thread_id="long", run_id="r", status="success"))
+    body = (await viewer.client.get(live, params={"after_seq": body["last_seq"]})).json()
+    assert (body["finished"], body["cut"]) == (True, True)
+
+
+async def test_a_missing_static_file_is_a_404_page_linking_the_viewers_own_root(viewer: Viewer):
+    parent = Starlette(routes=[Mount("/viewer", app=create_app(viewer.store))])
+    async with client_of(parent) as mounted:
+        for client, root in ((viewer.client, ""), (mounted, "/viewer")):
+            response = await client.get(f"{root}/static/nope.js")
+            assert response.status_code == 404
+            assert response.headers["content-type"].startswith("text/html")
+            hrefs = re.findall(r'(?:href|src)="([^"]+)"', response.text)
+            assert hrefs == [
+                f"{root}/static/viewer.css",
+                f"{root}/static/viewer.js",
+                f"{root}/",
+                f"{root}/",
+            ]
+            for href in hrefs[:2]:
+                assert (await client.get(href)).status_code == 200, href
 
 
 async def test_unknown_threads_and_runs_are_404_pages(viewer: Viewer):
