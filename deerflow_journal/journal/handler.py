@@ -74,6 +74,16 @@ def _names_no_thread(metadata: Mapping[str, Any] | None) -> bool:
     return (metadata or {}).get("thread_id") in (None, "")
 
 
+def _root_config_thread(state: RunState) -> str | None:
+    """The thread of a run's root config where the caller runs in the root's config context
+    (its callbacks' parent is the root): ``""`` for none; ``None`` elsewhere (a batch starts
+    its items outside their contexts, an executor thread has none)."""
+    config = var_child_runnable_config.get()
+    if config is None or getattr(config.get("callbacks"), "parent_run_id", None) != state.root:
+        return None
+    return _storable_thread_id((config.get("configurable") or {}).get("thread_id")) or ""
+
+
 def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
     """The LangGraph config's ``thread_id``, or ``None`` if absent or not a storable id."""
     return _storable_thread_id((metadata or {}).get("thread_id"))
@@ -294,8 +304,10 @@ class RunJournal(GraphCallbackHandler):
             if self._buffer.add(event):
                 self._buffer.start_write(self._writer.write_loop(state.sync))
         elif run_id is not None and state.root is not None:
-            # A run still waiting for its thread: none was named before its first event.
-            self._bind_thread(state, run_id)
+            # A run still waiting for its thread: its first event settles it.
+            found = _root_config_thread(state)
+            state.on_thread = bool(found)
+            self._bind_thread(state, found or run_id)
             self._emit_own(state, event)
         else:
             state.unbound_events.append(event)
@@ -416,15 +428,17 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         if parent_run_id is not None:  # the common case, inlined: most chains are nested
             # One dict lookup and one store, each atomic: nested chains need no lock.
-            state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
+            parent = getattr(parent_run_id, "int", parent_run_id)
+            state = self._runs.get(parent)
             if state is not None:
                 key = getattr(run_id, "int", run_id)
                 self._runs[key] = state
                 self._chain_inputs[key] = inputs
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
+                top = parent == state.root_key and self._top_chain(state, key, kwargs)
                 if state.thread_id is None:
-                    self._thread_found(state)
+                    self._thread_found(state, top, kwargs.get("metadata"))
             return
         if self._joined_caller_run(run_id):
             return
@@ -526,17 +540,30 @@ class RunJournal(GraphCallbackHandler):
             self._queue_summary(state)
         return snapshot
 
-    def _thread_found(self, state: RunState) -> None:
-        """Bind a run waiting for its thread, at its first nested chain, to the thread of the
-        root's config (LangChain hands it to the root's children; a graph nested deeper, such
-        as a subagent's, may name a thread of its own), else to the run id."""
-        config = var_child_runnable_config.get() or {}
-        found = (config.get("configurable") or {}).get("thread_id")
+    @staticmethod
+    def _top_chain(state: RunState, key: Hashable, kwargs: Mapping[str, Any]) -> bool:
+        """Remember a chain the root called itself, unless it is a node of a root graph;
+        True if remembered."""
+        metadata = kwargs.get("metadata")
+        if metadata and "langgraph_node" in metadata:
+            return False
+        state.top_chains.add(key)
+        return True
+
+    def _thread_found(self, state: RunState, top: bool, metadata: Mapping[str, Any] | None) -> None:
+        """Bind a run waiting for its thread, if a nested chain tells it: the root's own config
+        (LangChain's config context, where it runs in the root's; not a graph nested deeper,
+        such as a subagent's, which may name a thread of its own), else the metadata of a
+        graph the root called itself (LangGraph copies the thread there), else not yet."""
+        found = _root_config_thread(state)
+        if found is None and top and not _names_no_thread(metadata):
+            found = _storable_thread_id((metadata or {}).get("thread_id")) or ""
+        if found is None:
+            return
         with self._lock:
             if state.thread_id is None:
-                thread_id = _storable_thread_id(found)
-                state.on_thread = thread_id is not None
-                self._bind_thread(state, thread_id or state.run_id or "")
+                state.on_thread = bool(found)
+                self._bind_thread(state, found or state.run_id or "")
 
     def _bind_thread(self, state: RunState, thread_id: str) -> None:
         """Give a started run its thread and write what it held until then (call with the
@@ -763,26 +790,23 @@ class RunJournal(GraphCallbackHandler):
                 state.interrupt = event
 
     def on_resume(self, event: GraphResumeEvent) -> None:
-        """Write ``run.resume`` when a root invocation resumes from a checkpoint."""
+        """Write ``run.resume`` when a root invocation resumes from a checkpoint (a wrapper
+        resuming its graph within the run ends the pause it recorded)."""
         with self._lock:
             state = self._top_graphs_run(event)
             if state is not None:
+                state.interrupt = None
                 self._emit(state, mapping.run_resume_event(event))
 
     def _top_graphs_run(self, event: GraphInterruptEvent | GraphResumeEvent) -> RunState | None:
-        """The run whose own graph paused or resumed: the root, or a graph the root calls
-        itself (``with_retry()``, a sequence or function around it), not a subgraph or a
-        graph a node runs on a thread of its own, whose pause is not the run's."""
-        state = self._runs.get(_key(event.run_id)) if event.run_id is not None else None
+        """The run whose own graph paused or resumed: the root, or a top-level graph the root
+        calls itself (``with_retry()``, a sequence or function around it), not a subgraph or
+        a graph a node runs on a thread of its own, whose pause is not the run's."""
+        key = _key(event.run_id)
+        state = self._runs.get(key) if event.run_id is not None else None
         if state is None or state.root == event.run_id:
             return state
-        if event.checkpoint_ns:  # a subgraph
-            return None
-        # The graph's callbacks are its caller's children: LangChain's config context names
-        # the caller's run as their parent.
-        callbacks = (var_child_runnable_config.get() or {}).get("callbacks")
-        caller = getattr(callbacks, "parent_run_id", None)
-        return state if caller is not None and caller == state.root else None
+        return state if not event.checkpoint_ns and key in state.top_chains else None
 
     # -- models --------------------------------------------------------------------------------
 

@@ -189,6 +189,7 @@ class RunState:
     run_id: str | None = None
     user_id: str | None = None
     root: UUID | None = None
+    root_key: Hashable = None  # the root's key in the journal's maps (``UUID.int``)
     sync: bool = False
     status: RunStatus = "running"
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -216,6 +217,9 @@ class RunState:
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
+    # Chains the root called itself that are not nodes of a root graph (under a wrapped root:
+    # its graph, a sequence's steps), by key: their pauses and resumes are the run's.
+    top_chains: set[Hashable] = field(default_factory=set)
     closed: bool = False  # its terminal event is written: what comes later follows it
     unbound_events: list[Mapping[str, Any]] = field(default_factory=list)
     workspace_before: Any = None
@@ -245,6 +249,7 @@ class RunState:
         """Start the run under its ids (``thread_id`` ``None``: found later); return the
         events recorded before it started."""
         self.root, self.run_id, self.thread_id = root, run_id, thread_id
+        self.root_key = getattr(root, "int", root)
         self.sync, self.user_id = sync, user_id
         self.started_at, self.started = datetime.now(UTC), time.monotonic()
         unbound, self.unbound_events = self.unbound_events, []

@@ -4,6 +4,7 @@ real models, tools and graphs."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import uuid
@@ -1373,6 +1374,71 @@ async def test_a_wrapped_graph_pauses_and_resumes_its_run(how):
     await graph.ainvoke(Command(resume="the red one"), config)
     assert journal.summary().status == "success"
     assert types(await run_events(journal, flush=True))[:2] == ["run.start", "run.resume"]
+
+
+@pytest.mark.parametrize("how", ["retry", "sequence"])
+def test_a_batch_of_wrapped_graphs_journals_each_run_under_its_configs_thread(how):
+    """A batch starts each item's first step outside the item's config context."""
+    store = MemoryRunEventStore()
+    journal = RunJournal(event_store=store)
+    graph = _wrapped(agent_graph(scripted(ai("one"), ai("two")), checkpointer=InMemorySaver()), how)
+    configs: list[RunnableConfig] = [
+        {"callbacks": [journal], "configurable": {"thread_id": thread}} for thread in ("b1", "b2")
+    ]
+    graph.batch([QUESTION, QUESTION], configs, return_exceptions=False)
+    threads = sorted(t.thread_id for t in asyncio.run(store.list_threads()))
+    assert threads == ["b1", "b2"]
+    for thread in threads:
+        events = asyncio.run(store.list_events(thread, None))
+        assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+def test_a_wrapper_running_its_graph_on_an_executor_thread_keeps_its_thread_and_pause():
+    """A plain executor thread has no config context: the graph's own chain tells."""
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    model = scripted(ai("", calls=[("ask_human", {"question": "which?"}, "c1")]), ai("done"))
+    graph = agent_graph(model, [ask_human], checkpointer=InMemorySaver())
+
+    def handle(inputs: Any, config: RunnableConfig) -> Any:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(graph.invoke, inputs, config).result()
+
+    config: RunnableConfig = {"callbacks": [journal], "configurable": {"thread_id": "chat-3"}}
+    assert "__interrupt__" in RunnableLambda(handle).invoke(QUESTION, config)
+    assert (journal.thread_id, journal.summary().status) == ("chat-3", "interrupted")
+    assert types(asyncio.run(run_events(journal)))[-1] == "run.interrupt"
+
+
+def test_a_wrapper_answering_its_graphs_pause_within_the_run_ends_it_successfully():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    model = scripted(ai("", calls=[("ask_human", {"question": "which?"}, "c1")]), ai("done"))
+    graph = agent_graph(model, [ask_human], checkpointer=InMemorySaver())
+
+    def answer_itself(inputs: Any, config: RunnableConfig) -> Any:
+        out = graph.invoke(inputs, config)
+        while "__interrupt__" in out:
+            out = graph.invoke(Command(resume="the red one"), config)
+        return out
+
+    config: RunnableConfig = {"callbacks": [journal], "configurable": {"thread_id": "chat-4"}}
+    RunnableLambda(answer_itself).invoke(QUESTION, config)
+    assert journal.summary().status == "success"
+    run = types(asyncio.run(run_events(journal)))
+    assert [t for t in run if t.startswith("run.")] == ["run.start", "run.resume", "run.end"]
+
+
+def test_a_wrapper_calling_a_model_before_its_graph_takes_its_configs_thread():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    summarizer = scripted(ai("short"))
+    graph = agent_graph(scripted(ai("ok")), checkpointer=InMemorySaver())
+
+    def handle(inputs: Any, config: RunnableConfig) -> Any:
+        summarizer.invoke("summarize first", config)
+        return graph.invoke(inputs, config)
+
+    config: RunnableConfig = {"callbacks": [journal], "configurable": {"thread_id": "chat-5"}}
+    RunnableLambda(handle).invoke(QUESTION, config)
+    assert journal.thread_id == "chat-5"
 
 
 def test_a_graph_a_node_runs_on_its_own_thread_pausing_does_not_pause_the_run():
