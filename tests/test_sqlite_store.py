@@ -11,6 +11,8 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -893,6 +895,55 @@ async def test_two_stores_of_a_process_reopening_a_new_file_keep_each_others_row
     assert contents == (['"theirs"', *mine] if files == "replaced" else mine)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+def test_two_connections_reopening_a_moved_file_at_once_keep_the_new_files_sidecars(
+    tmp_path, monkeypatch
+):
+    """The slower one must not take the -wal the faster one made for the new file for its own
+    (it removed it: the new file's rows were lost to every other reader). Each connection is
+    used on a thread of its own, as each store's is."""
+    path = str(tmp_path / "j.db")
+    table = "CREATE TABLE IF NOT EXISTS t (x)"
+
+    def opened() -> Any:
+        connection = sqlite_module._Connection(path, read_only=False)
+        connection.run(lambda: sqlite_module._statement(table), True)
+        return connection
+
+    opened_first, moved, unlinking = threading.Event(), threading.Event(), threading.Event()
+
+    def reopen_slowly() -> None:
+        connection = opened()
+        opened_first.set()
+        moved.wait(10)
+        connection._reopen(moved=True)
+        connection.close()
+
+    unlink = os.unlink
+
+    def slow_unlink(name: Any, *args: Any, **kwargs: Any) -> None:
+        if threading.current_thread().name == "slow":
+            unlinking.set()
+            time.sleep(0.3)  # its checkpoint of the old -wal took a while, say
+        unlink(name, *args, **kwargs)
+
+    slow = threading.Thread(target=reopen_slowly, name="slow")
+    slow.start()
+    opened_first.wait(10)
+    fast = opened()
+    os.rename(path, f"{path}.old")
+    monkeypatch.setattr(sqlite_module.os, "unlink", slow_unlink)
+    moved.set()
+    unlinking.wait(10)
+    fast._reopen(moved=True)
+    fast.run(lambda: sqlite_module._statement(table), True)
+    insert = "INSERT INTO t VALUES ('fast')"
+    fast.run(lambda: sqlite_module._write_transaction(sqlite_module._statement(insert)), True)
+    slow.join(10)
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        assert db.execute("SELECT x FROM t").fetchall() == [("fast",)]
+    fast.close()
 
 
 async def test_a_file_replaced_under_an_open_store_takes_the_writes_and_keeps_its_own(tmp_path):

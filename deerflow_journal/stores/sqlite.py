@@ -544,6 +544,12 @@ class _Connection:
 
     def _reopen(self, *, moved: bool = False) -> sqlite3.Connection:
         """Close the connection and open the path again, setting up the file found there."""
+        # One store of the process at a time: another one's new -wal must not be taken for
+        # ours (and removed) between our look at the path and our unlink.
+        with _REOPENING:
+            return self._reopen_now(moved)
+
+    def _reopen_now(self, moved: bool) -> sqlite3.Connection:
         ours = []
         if moved and self._conn is not None:
             # The -wal and -shm still at the path that this connection opened are ours: ours
@@ -558,10 +564,12 @@ class _Connection:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("PRAGMA busy_timeout = 0")
                     self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        idents = {suffix: self._sidecars[suffix] for suffix in ours}
         self.close()
-        for suffix in ours:  # the new file gets sidecars of its own
-            with contextlib.suppress(OSError):
-                os.unlink(f"{self._path}{suffix}")
+        for suffix, ident in idents.items():  # the new file gets sidecars of its own
+            if _ident(f"{self._path}{suffix}") == ident:
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{self._path}{suffix}")
         self.connect()
         conn = self._conn
         assert conn is not None
@@ -571,6 +579,10 @@ class _Connection:
             self.close()
             raise
         return conn
+
+
+#: Held by a store of the process reopening its file (see ``_Connection._reopen``).
+_REOPENING = threading.Lock()
 
 
 def _ident(path: str) -> tuple[int, int] | None:
