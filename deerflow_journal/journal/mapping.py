@@ -14,6 +14,7 @@ defers serialisation the same way). Containers, though, are copied in the callba
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -352,13 +353,24 @@ UNRESOLVED_REASONS: dict[RunStatus, UnresolvedReason] = {
 }
 
 
+#: What stops a run without failing it; readers of stored events go by these names
+#: (``catalog.CANCELLED_ERROR_TYPES``).
+_CANCELLED = (
+    asyncio.CancelledError,
+    concurrent.futures.CancelledError,
+    GeneratorExit,
+    KeyboardInterrupt,
+    SystemExit,
+)
+
+
 def control_flow_status(error: BaseException) -> RunStatus | None:
     """The outcome a control-flow "error" stands for (``None`` when it is a real failure)."""
     if isinstance(error, GraphInterrupt):
         return "interrupted"
     # A cancelled task, a stream closed early, Ctrl-C in a sync invoke, or ``sys.exit()`` in
     # one (under ``ainvoke`` asyncio cancels the run's task for it).
-    if isinstance(error, asyncio.CancelledError | GeneratorExit | KeyboardInterrupt | SystemExit):
+    if isinstance(error, _CANCELLED):
         return "cancelled"
     if isinstance(error, GraphBubbleUp):
         return "success"

@@ -4,6 +4,7 @@ no store); the events are described in docs/events.md."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple
@@ -16,6 +17,8 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, Interrupt
 from pydantic import BaseModel, Field, PlainSerializer, field_serializer
 
+from deerflow_journal import timeline_rows
+from deerflow_journal.catalog import CANCELLED_ERROR_TYPES
 from deerflow_journal.journal import mapping
 from deerflow_journal.records import decode_json, encode_json
 from tests.journal.agents import ai
@@ -398,3 +401,22 @@ def test_detach_stops_at_the_depth_json_refuses_anyway():
     while copied is not deep:
         copied, deep, depth = copied[0], deep[0], depth + 1
     assert depth == 255  # levels 0 to 254 are copies, then the original goes on
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        asyncio.CancelledError(),
+        concurrent.futures.CancelledError(),
+        GeneratorExit(),
+        KeyboardInterrupt(),
+        SystemExit(3),
+    ],
+)
+def test_what_cancels_a_run_is_read_back_as_cancelled(error):
+    """The summary decides by type, the timeline and OTel by the stored name: they agree."""
+    assert mapping.control_flow_status(error) == "cancelled"
+    assert type(error).__name__ in CANCELLED_ERROR_TYPES
+    event = {**mapping.run_error_event(error), "seq": 1, "created_at": "2026-12-03T00:00:00Z"}
+    (row,) = timeline_rows([event])
+    assert row.status == "cancelled"
