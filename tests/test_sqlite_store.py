@@ -946,6 +946,26 @@ def test_two_connections_reopening_a_moved_file_at_once_keep_the_new_files_sidec
     fast.close()
 
 
+def test_a_store_reopening_one_file_does_not_wait_for_another_files_reopening(tmp_path):
+    """Reopens are one at a time per file: another file's may wait on a busy database."""
+    busy, path = str(tmp_path / "busy.db"), str(tmp_path / "free.db")
+    reopened = threading.Event()
+
+    def reopen() -> None:  # on one thread, as a store's connection is used
+        connection = sqlite_module._Connection(path, read_only=False)
+        connection.run(lambda: sqlite_module._statement("SELECT 1"), False)
+        os.rename(path, f"{path}.old")
+        connection._reopen(moved=True)
+        connection.close()
+        reopened.set()
+
+    with sqlite_module._reopening(busy):  # held as long as that file's reopen waits
+        thread = threading.Thread(target=reopen)
+        thread.start()
+        thread.join(10)
+        assert reopened.is_set()
+
+
 async def test_a_file_replaced_under_an_open_store_takes_the_writes_and_keeps_its_own(tmp_path):
     path, other = tmp_path / "j.db", tmp_path / "other.db"
     async with SqliteRunEventStore(other) as store:

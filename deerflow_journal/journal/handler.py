@@ -436,7 +436,8 @@ class RunJournal(GraphCallbackHandler):
                 self._chain_inputs[key] = inputs
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
-                top = parent == state.root_key and self._top_chain(state, key, kwargs)
+                top = parent == state.root_key or parent in state.top_chains
+                top = top and self._top_chain(state, key, kwargs)
                 if state.thread_id is None:
                     self._thread_found(state, top, kwargs.get("metadata"))
             return
@@ -453,8 +454,18 @@ class RunJournal(GraphCallbackHandler):
             active = self._caller_run()
             if active is None:
                 return False
-            self._runs[getattr(run_id, "int", run_id)] = active
-            return True
+            key = getattr(run_id, "int", run_id)
+            self._runs[key] = active
+            config = var_child_runnable_config.get() or {}
+            caller = getattr(config.get("callbacks"), "parent_run_id", None)
+            caller_key = getattr(caller, "int", caller)
+            if not active.ended and (
+                caller_key == active.root_key or caller_key in active.top_chains
+            ):
+                # A wrapper handed the root's own config (``with_fallbacks`` does): a chain the
+                # root called itself.
+                active.top_chains.add(key)
+        return True
 
     async def _await_chain_start(
         self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
@@ -542,8 +553,8 @@ class RunJournal(GraphCallbackHandler):
 
     @staticmethod
     def _top_chain(state: RunState, key: Hashable, kwargs: Mapping[str, Any]) -> bool:
-        """Remember a chain the root called itself, unless it is a node of a root graph;
-        True if remembered."""
+        """Remember a chain the root (or such a chain) called itself, unless it is a graph's
+        node: wrappers (a retry around a graph under fallbacks) stack up. True if remembered."""
         metadata = kwargs.get("metadata")
         if metadata and "langgraph_node" in metadata:
             return False
@@ -653,6 +664,7 @@ class RunJournal(GraphCallbackHandler):
             # Copied now: with workspace roots it is written after the caller has its outputs.
             mapping.detached_event(terminal)
             state.end(status, error if status in ("error", "cancelled") else None)
+            state.top_chains.clear()  # the run is kept a while; its pauses are settled
             self._open_runs -= 1
             self._keep_late_calls(state)
         loop = self._writer.caller_loop(state.sync)

@@ -14,7 +14,6 @@ defers serialisation the same way). Containers, though, are copied in the callba
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import re
 from collections.abc import Mapping, Sequence
@@ -354,10 +353,10 @@ UNRESOLVED_REASONS: dict[RunStatus, UnresolvedReason] = {
 
 
 #: What stops a run without failing it; readers of stored events go by these names
-#: (``catalog.CANCELLED_ERROR_TYPES``).
+#: (``catalog.CANCELLED_ERROR_TYPES``). Not ``concurrent.futures.CancelledError``: code
+#: raises it as a failure (a future cancelled under it), though its name reads cancelled.
 _CANCELLED = (
     asyncio.CancelledError,
-    concurrent.futures.CancelledError,
     GeneratorExit,
     KeyboardInterrupt,
     SystemExit,

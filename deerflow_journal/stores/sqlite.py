@@ -546,7 +546,7 @@ class _Connection:
         """Close the connection and open the path again, setting up the file found there."""
         # One store of the process at a time: another one's new -wal must not be taken for
         # ours (and removed) between our look at the path and our unlink.
-        with _REOPENING:
+        with _reopening(self._path):
             return self._reopen_now(moved)
 
     def _reopen_now(self, moved: bool) -> sqlite3.Connection:
@@ -581,8 +581,15 @@ class _Connection:
         return conn
 
 
-#: Held by a store of the process reopening its file (see ``_Connection._reopen``).
-_REOPENING = threading.Lock()
+#: Held by a store of the process reopening a file, one per file (``_Connection._reopen``).
+_REOPENING: dict[str, threading.Lock] = {}
+_REOPENING_LOCK = threading.Lock()
+
+
+def _reopening(path: str) -> threading.Lock:
+    """The lock stores of the process take to reopen the file at ``path``."""
+    with _REOPENING_LOCK:
+        return _REOPENING.setdefault(os.path.realpath(path), threading.Lock())
 
 
 def _ident(path: str) -> tuple[int, int] | None:

@@ -1350,6 +1350,10 @@ def _wrapped(graph: Any, how: str) -> Any:
         return graph.with_retry()
     if how == "fallbacks":
         return graph.with_fallbacks([graph])
+    if how == "stacked":  # fallbacks hand their runnable the root's own config
+        return graph.with_retry().with_fallbacks([graph])
+    if how == "nested":
+        return RunnableLambda(lambda inputs: inputs, name="prepare") | graph.with_retry()
     if how == "sequence":  # a first step whose chain is given no thread id
         return RunnableLambda(lambda inputs: inputs, name="prepare") | graph
 
@@ -1361,7 +1365,7 @@ def _wrapped(graph: Any, how: str) -> Any:
     )
 
 
-@pytest.mark.parametrize("how", ["retry", "fallbacks", "sequence", "function"])
+@pytest.mark.parametrize("how", ["retry", "fallbacks", "sequence", "function", "stacked", "nested"])
 async def test_a_wrapped_graph_pauses_and_resumes_its_run(how):
     store = MemoryRunEventStore()
     journal = RunJournal(event_store=store)
@@ -1462,7 +1466,7 @@ def test_a_graph_a_node_runs_on_its_own_thread_pausing_does_not_pause_the_run():
         assert types(asyncio.run(run_events(journal)))[-1] == "run.end"
 
 
-@pytest.mark.parametrize("how", ["retry", "fallbacks", "sequence", "function"])
+@pytest.mark.parametrize("how", ["retry", "fallbacks", "sequence", "function", "stacked", "nested"])
 def test_a_graph_wrapped_at_the_root_is_journaled_under_its_configs_thread(how):
     store = MemoryRunEventStore()
     journal = RunJournal(event_store=store)

@@ -4,7 +4,6 @@ no store); the events are described in docs/events.md."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, NamedTuple
@@ -407,7 +406,6 @@ def test_detach_stops_at_the_depth_json_refuses_anyway():
     "error",
     [
         asyncio.CancelledError(),
-        concurrent.futures.CancelledError(),
         GeneratorExit(),
         KeyboardInterrupt(),
         SystemExit(3),

@@ -5,6 +5,7 @@ flush, and stores plugged in through their public methods."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import subprocess
 import sys
@@ -578,6 +579,23 @@ def test_a_tool_exiting_the_program_ends_the_run_cancelled_either_way(sync):
     assert types(events)[-2:] == ["tool.unresolved", "run.error"]
     assert events[-2]["content"]["reason"] == "cancelled"
     assert timeline_rows(events)[-1].status == "cancelled"
+
+
+def test_a_tool_failing_with_a_cancelled_future_is_a_tool_error_not_a_stop():
+    """``concurrent.futures.CancelledError`` is an ordinary failure of the code raising it."""
+
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page."""
+        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+        future.cancel()
+        return future.result()
+
+    model = scripted(ai("", calls=[("fetch", {"url": "x"}, "f1")]), ai("it failed"))
+    journal = RunJournal(event_store="memory://")
+    agent_graph(model, [fetch]).invoke(QUESTION, {"callbacks": [journal]})
+    assert journal.summary().status == "success"
+    assert "tool.error" in types(asyncio.run(run_events(journal)))
 
 
 # -- a forgotten flush ---------------------------------------------------------------------
