@@ -25,9 +25,16 @@ from langgraph.graph import END, START, StateGraph
 from psycopg.rows import class_row, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from deerflow_journal import EventRefused, PostgresRunEventStore, RunSummary, open_store
+from deerflow_journal import (
+    EventRefused,
+    PostgresRunEventStore,
+    RunJournal,
+    RunSummary,
+    open_store,
+)
 from deerflow_journal.stores.postgres import MIGRATIONS
 from tests.backends import PostgresBackend
+from tests.journal.agents import QUESTION, agent_graph, ai, scripted
 from tests.pg_processes import (
     BATCH_SIZE,
     BATCHES,
@@ -679,3 +686,85 @@ async def test_a_lost_connection_is_raised_as_it_is_not_as_a_refused_event(pg):
         with pytest.raises(psycopg.OperationalError):
             await store.put(**_event("r", None))
         assert (await store.put(**_event("r", None)))["seq"] == 1
+
+
+# -- a store whose loop has closed --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["idle", "write", "setup"])
+def test_a_store_opened_from_a_dsn_reopens_its_pool_once_its_loop_has_closed(
+    tmp_path: Path, request: pytest.FixtureRequest, stage: str
+):
+    """A worker making a loop per task (``loop.run_until_complete(...)``, then
+    ``loop.close()``) with the store set up on its first loop, idle when it closes (``idle``)
+    or with the run's write holding the pool's connection (``write``), or with the first setup
+    cut short by the close (``setup``): the pool's tasks are gone with that loop, so the store
+    opens a new pool on the loop of its next use. (Without that, ``write`` fails with the
+    pool's timeout; ``idle`` and ``setup`` get by, on the idle connection or by a failed
+    write's retry.)"""
+    backend = PostgresBackend(tmp_path, request)
+    store = PostgresRunEventStore(backend.dsn)
+    stalled: list[bool] = []
+    if stage == "setup":
+        real = store._repeatable
+
+        async def stalling(work):  # type: ignore[no-untyped-def]
+            async def holding(cur):  # type: ignore[no-untyped-def]
+                if not stalled:  # the schema check, holding a pool connection
+                    stalled.append(True)
+                    await asyncio.Event().wait()  # only its loop closing ends it
+                return await work(cur)
+
+            return await real(holding)
+
+        store._repeatable = stalling  # type: ignore[method-assign]
+    elif stage == "write":
+        real_write = store._write
+
+        async def stalling_write(write):  # type: ignore[no-untyped-def]
+            if not stalled:
+                stalled.append(True)
+                async with store._connection():  # a slow statement, holding its connection
+                    await asyncio.Event().wait()  # only its loop closing ends it
+            return await real_write(write)
+
+        store._write = stalling_write  # type: ignore[method-assign]
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    answer = ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+    async def types(run_id: str) -> list[str]:
+        return [event["event_type"] for event in await store.list_events(run_id, run_id)]
+
+    loop = asyncio.new_event_loop()
+    try:
+        if stage != "setup":
+            loop.run_until_complete(store.setup())
+
+        async def first_run() -> None:
+            await agent_graph(scripted(ai("1"))).ainvoke(QUESTION, {"callbacks": [journal]})
+            if stage == "idle":
+                await asyncio.wait_for(journal.flush(), 60)
+
+        loop.run_until_complete(first_run())
+        for _ in range(60_000):  # the write starts on the next turns
+            if stage == "idle" or stalled:
+                break
+            loop.run_until_complete(asyncio.sleep(0.001))
+        assert stage == "idle" or stalled
+    finally:
+        loop.close()
+    first = journal.run_id
+    assert first is not None
+
+    async def next_run() -> tuple[list[str], list[str]]:
+        await agent_graph(scripted(ai("2"))).ainvoke(QUESTION, {"callbacks": [journal]})
+        await asyncio.wait_for(journal.flush(), 60)
+        assert journal.run_id is not None
+        return await types(first), await types(journal.run_id)
+
+    try:
+        # A dead pool fails the flush with PoolTimeout (after its 30 s wait for a connection).
+        assert asyncio.run(asyncio.wait_for(next_run(), 150)) == (answer, answer)
+    finally:
+        asyncio.run(store.close())
+        asyncio.run(backend.cleanup())

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -150,6 +150,20 @@ async def _outcome(task: asyncio.Future[None]) -> None:
     task.result()
 
 
+def _end_quietly(coro: Coroutine[Any, Any, None], future: object) -> None:
+    """End the coroutine of a job whose loop closed under it: its ``finally`` blocks run (what
+    they await is thrown out again), and its task, if it has one here, is not reported as
+    destroyed while pending."""
+    if isinstance(future, asyncio.Task):
+        with contextlib.suppress(AttributeError):
+            future._log_destroy_pending = False  # type: ignore[attr-defined]
+    for _ in range(100):
+        if coro.cr_frame is None:
+            return
+        with contextlib.suppress(BaseException):
+            coro.close()
+
+
 def _new_batch_id() -> str:
     """A unique id that sorts by time: stores index it, and a new id then goes at the end of
     the index rather than into a random page of it."""
@@ -170,6 +184,29 @@ class _Batch:
     summaries: list[dict[str, Any]] | None = None
 
 
+def _watch(
+    task: asyncio.Future[None], loop: asyncio.AbstractEventLoop
+) -> concurrent.futures.Future[None]:
+    """A future of any thread that ends as ``task`` (of ``loop``, running in another thread)
+    ends; never if ``loop`` stops or closes first. Raises ``RuntimeError`` if it is closed.
+
+    A callback, not a coroutine: a loop closed before it runs drops it without a warning."""
+    watcher: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def copy(done: asyncio.Future[None]) -> None:
+        if watcher.done():
+            return
+        if done.cancelled():
+            watcher.cancel()
+        elif (error := done.exception()) is not None:
+            watcher.set_exception(error)
+        else:
+            watcher.set_result(None)
+
+    loop.call_soon_threadsafe(task.add_done_callback, copy)
+    return watcher
+
+
 @dataclass(slots=True)
 class _Write:
     """One write in flight: its job (a task on ``loop``, or a future from another thread)."""
@@ -177,24 +214,53 @@ class _Write:
     loop: asyncio.AbstractEventLoop
     #: Set once the job is started (it gets this write first, to know if it was given up).
     future: asyncio.Future[None] | concurrent.futures.Future[None] = field(init=False)
+    #: The thread that runs ``loop`` when the job is a task it started there, else ``None``.
+    thread: int | None = None
+    #: The job's coroutine (ended by hand if its loop closes under it).
+    job: Coroutine[Any, Any, None] | None = None
     #: Given up, its loop closed under it: what it took is queued again, it touches nothing.
     abandoned: bool = False
+    #: Its end was accounted for (by its done callback, or by the next write if that never ran).
+    settled: bool = False
 
     def is_dead(self) -> bool:
-        """True when its loop closed before the job could finish: it never goes on, and what
-        it took (a batch the store may have committed, too) must be put back."""
-        return self.loop.is_closed() and not self.future.done()
+        """True when its loop can no longer run it, or the callbacks of its end: closed, or
+        stopped and this thread's own (it cannot run while this thread waits for it)."""
+        loop = self.loop
+        if loop.is_closed():
+            return True
+        return (
+            self.thread == threading.get_ident()
+            and not loop.is_running()
+            and running_loop() is not loop
+        )
+
+    def _outcome_if_closed(self) -> None:
+        """Raise what the job raised, if it ended (its loop closed before telling us)."""
+        future = self.future
+        if future.done():
+            future.result()
 
     async def wait(self) -> None:
-        """Wait for the job from any running loop; raise what it raised."""
-        if isinstance(self.future, concurrent.futures.Future):
-            await asyncio.wrap_future(self.future)
-        elif self.loop is asyncio.get_running_loop():
-            await _outcome(self.future)
-        else:
-            await asyncio.wrap_future(
-                asyncio.run_coroutine_threadsafe(_outcome(self.future), self.loop)
-            )
+        """Wait for the job from any running loop; raise what it raised. Returns at once if
+        its loop is closed, or closes while waiting, before the job ends (``is_dead``)."""
+        future = self.future
+        if not isinstance(future, concurrent.futures.Future):
+            if self.loop is asyncio.get_running_loop():
+                await _outcome(future)
+                return
+            try:
+                future = _watch(future, self.loop)
+            except RuntimeError:  # its loop is closed
+                self._outcome_if_closed()
+                return
+        waiting = asyncio.wrap_future(future)
+        # Looked at now and then: a loop that closes never runs what it was sent.
+        while not (await asyncio.wait([waiting], timeout=_LOOK_EVERY))[0]:
+            if self.loop.is_closed():
+                self._outcome_if_closed()
+                return
+        waiting.result()
 
     def wait_blocking(self, timeout: float) -> bool:
         """Wait for the job from a thread not running its loop; raise what it raised.
@@ -206,14 +272,14 @@ class _Write:
         future = self.future
         if not isinstance(future, concurrent.futures.Future):
             try:
-                future = asyncio.run_coroutine_threadsafe(_outcome(future), self.loop)
+                future = _watch(future, self.loop)
             except RuntimeError:  # its loop is closed
-                future = self.future
+                self._outcome_if_closed()
+                return True
         # Looked at now and then: a loop that closes never runs what it was sent.
         while not concurrent.futures.wait([future], min(_LOOK_EVERY, timeout)).done:
             if self.loop.is_closed():
-                if self.future.done():  # it ended, but our waiter never ran
-                    self.future.result()
+                self._outcome_if_closed()  # it ended, but our waiter never ran
                 return True
             timeout = deadline - time.monotonic()
             if timeout <= 0:
@@ -258,8 +324,14 @@ def _guard(loop: asyncio.AbstractEventLoop) -> weakref.WeakSet[EventBuffer]:
     ``asyncio.run`` cancels every task when its coroutine returns, our writes included, and
     then finalises the async generators the loop has seen: a started generator is finalised
     there, on the still running loop, and writes what its buffers hold. One per loop, not
-    one per journal: a journal per request is common.
+    one per journal: a journal per request is common. The generator holds its loop (through
+    the loop's finaliser hook): its entry goes when the loop shuts down its generators, or,
+    for a loop closed without that, when the next guard starts.
     """
+    for closed in [known for known in list(_GUARD_GENERATORS) if known.is_closed()]:
+        # Dropped unfinished: a closed loop's finaliser hook lets it go without a word.
+        _GUARD_GENERATORS.pop(closed, None)
+        _LOOP_GUARDS.pop(closed, None)
     buffers: weakref.WeakSet[EventBuffer] = weakref.WeakSet()
     guard = _at_loop_shutdown(buffers)
     with contextlib.suppress(StopIteration):
@@ -273,7 +345,11 @@ async def _at_loop_shutdown(buffers: weakref.WeakSet[EventBuffer]) -> AsyncGener
     try:
         yield
     finally:
-        loop_ending(asyncio.get_running_loop())  # other threads' writes go elsewhere now
+        loop = asyncio.get_running_loop()
+        loop_ending(loop)  # other threads' writes go elsewhere now
+        # The generator holds the loop: the loop may be freed once closed. (Its buffers stay
+        # known: one that writes on it from now on starts no generator the loop would not end.)
+        _GUARD_GENERATORS.pop(loop, None)
         await asyncio.gather(*(buffer._write_before_loop_closes() for buffer in list(buffers)))
 
 
@@ -500,10 +576,11 @@ class EventBuffer:
         if self._write is not None or self._saved or not self._pending_locked():
             return None
         write = _Write(loop)
-        coro = self._job(write)
+        coro = write.job = self._job(write)
         try:
             if loop is caller:
                 write.future = loop.create_task(coro)
+                write.thread = threading.get_ident()
             else:
                 write.future = asyncio.run_coroutine_threadsafe(coro, loop)
         except RuntimeError:  # the loop is closed: keep everything for the next writer
@@ -517,19 +594,55 @@ class EventBuffer:
         return write
 
     def _drop_dead_locked(self) -> None:
-        """Forget a write whose loop closed before it ended (``loop.close()`` after
-        ``run_until_complete``, with no ``asyncio.run`` to cancel it), putting back what it
-        took: the batch it was sending may be stored, so it goes first, under its id."""
+        """Forget a write whose loop can no longer run (``is_dead``: ``loop.close()`` after
+        ``run_until_complete``, with no ``asyncio.run`` to cancel it, or this thread's own loop
+        stopped). One that ended, its done callback never run, is accounted for as that would
+        have. One that did not is abandoned, and what it took put back: the batch it was
+        sending may be stored, so it goes first, under its id (a stopped loop run again later
+        resumes the job, which then touches nothing, and that batch is not stored twice)."""
         write = self._write
         if write is None or not write.is_dead():
+            return
+        if write.future.done():
+            future = write.future
+            cancelled = future.cancelled()
+            error = None if cancelled else future.exception()
+            unwritten = self._settle_locked(write, cancelled, error, start=False)
+            if unwritten is None:
+                return
+            self._write_all = True  # nothing retries on that loop: the next write takes all
+            if error is not None:
+                self._failures.failed(error, unwritten)
+            elif not cancelled:
+                self._failures.succeeded()
             return
         write.abandoned = True
         self._write = None
         # Summaries read back from their file stay there: they go with the retry anyway.
         summaries = [item for item in self._in_flight_summaries if item[1] is not _spilled_summary]
-        self._requeue_locked(self._sending or _Batch([]), self._in_flight or (), summaries, False)
+        sending = self._sending
+        if sending is not None:  # a copy: the job, if it resumes, changes only its own
+            sending = _Batch(
+                list(sending.events),
+                sending.batch_id,
+                sending.sent,
+                None if sending.summaries is None else list(sending.summaries),
+            )
+        later = [_Batch(list(batch.events)) for batch in self._in_flight or ()]
+        self._requeue_locked(sending or _Batch([]), later, summaries, False)
         self._write_all = True
         logger.warning("journal write ended with its event loop; its events are written next")
+        if write.loop.is_closed() and write.job is not None:
+            # Never to run again: ended now, not when collected, where a store's cleanup that
+            # awaits in its `finally` blocks would be reported as an exception ignored; off
+            # this lock (those blocks may take it), on a thread with no loop to schedule on.
+            with contextlib.suppress(RuntimeError):  # the interpreter is exiting
+                threading.Thread(
+                    target=_end_quietly,
+                    args=(write.job, write.future),
+                    name="deerflow-journal-dead-write",
+                    daemon=True,
+                ).start()
 
     # -- the end of a caller's loop --------------------------------------------------------
 
@@ -584,6 +697,8 @@ class EventBuffer:
         # this write does not carry (a run's success, before the batch holding its run.end).
         # Builders take the journal's lock, which is taken before ours: built without ours.
         with self._lock:
+            if write.abandoned:  # given up before it ran (its loop stopped): takes nothing
+                return
             # Past their bound while writes fail, the summaries are built to leave memory.
             shed = len(self._summaries) > self.max_summaries and bool(
                 self._spill.count or self._failures.count
@@ -596,6 +711,8 @@ class EventBuffer:
             self._shed(built)
             built = []
         with self._lock:
+            if write.abandoned:
+                return
             # A batch that may have been stored goes first, under its id (a store that took
             # it skips it), then what is pending.
             unsure = self._unsure
@@ -656,6 +773,8 @@ class EventBuffer:
         while queue:
             if self._saved:  # the exit saved what the queue holds: sending it would repeat it
                 break
+            if write.abandoned:  # its loop stopped, then ran again: what it took is queued
+                return
             batch = self._sending = queue[0]  # held before it leaves the queue: never in neither
             queue.popleft()
             if len(batch.events) > _MAX_BATCH and not batch.sent:  # a backlog: in parts
@@ -671,6 +790,8 @@ class EventBuffer:
             self._sending = batch  # a backlog's first part
             try:
                 written = await self._send(batch, carried)
+                if write.abandoned:  # resumed after it was given up: the buffer is not its own
+                    return
                 self._sending = None
                 if carried:
                     self._in_flight_summaries = []
@@ -701,7 +822,7 @@ class EventBuffer:
                 queue.extendleft(reversed(instead))
                 self._sending = None  # what it held is in the queue again (or dropped)
         try:
-            if close_after:
+            if close_after and not write.abandoned:
                 await self.store._release()  # the journal's own store: reopens on use
         finally:  # written: a blocked invoke may return, once the store it opened is closed
             with self._lock:
@@ -924,8 +1045,13 @@ class EventBuffer:
     def _finished(self, write: _Write, future: Any) -> None:
         if write.abandoned:
             return
-        error = None if future.cancelled() else future.exception()
-        if future.cancelled():
+        cancelled = future.cancelled()
+        error = None if cancelled else future.exception()
+        with self._lock:
+            unwritten = self._settle_locked(write, cancelled, error, start=True)
+        if unwritten is None:  # accounted for already
+            return
+        if cancelled:
             guarded = self._guarded
             if guarded is not None and guarded() is write.loop:
                 # Its loop is closing (asyncio.run cancels every task): the loop's guard
@@ -933,30 +1059,40 @@ class EventBuffer:
                 logger.debug("journal write cancelled; its loop's guard writes its events")
             else:
                 logger.warning("journal write cancelled; its events stay buffered")
-        with self._lock:
-            if self._write is write:
-                self._write = None
-            if future.cancelled() or error is not None:
-                waiting = self._waiting_locked()
-                self._next_write_at = (waiting // self.threshold + 1) * self.threshold
-                unwritten = self._memory_locked() + self._spill.count
-                _STRANDED.add(self)
-            else:
-                self._next_write_at = self.threshold
-                if (
-                    self._write_all
-                    or self._spill.count
-                    or self._spilled_summaries_locked()
-                    or len(self._events) >= self.threshold
-                ):
-                    self._start_locked(write.loop)
-                if self._write is None and not self._pending_locked():
-                    _STRANDED.discard(self)
         if error is not None:
             self._failures.failed(error, unwritten)
             self._time_retry(write.loop)
-        elif not future.cancelled():
+        elif not cancelled:
             self._failures.succeeded()
+
+    def _settle_locked(
+        self, write: _Write, cancelled: bool, error: BaseException | None, *, start: bool
+    ) -> int | None:
+        """Account for the end of ``write`` (once: ``None`` if it was already), starting the
+        next write on its loop if ``start``; the events it left unwritten, if it failed."""
+        if write.settled or write.abandoned:
+            return None
+        write.settled = True
+        unwritten = 0
+        if self._write is write:
+            self._write = None
+        if cancelled or error is not None:
+            waiting = self._waiting_locked()
+            self._next_write_at = (waiting // self.threshold + 1) * self.threshold
+            unwritten = self._memory_locked() + self._spill.count
+            _STRANDED.add(self)
+        else:
+            self._next_write_at = self.threshold
+            if start and (
+                self._write_all
+                or self._spill.count
+                or self._spilled_summaries_locked()
+                or len(self._events) >= self.threshold
+            ):
+                self._start_locked(write.loop)
+            if self._write is None and not self._pending_locked():
+                _STRANDED.discard(self)
+        return unwritten
 
     def _time_retry(self, loop: asyncio.AbstractEventLoop) -> None:
         """Retry on ``loop`` after a while, so that what a failed write left reaches the store
@@ -1008,18 +1144,31 @@ class EventBuffer:
         return self._start_locked(loop), True
 
     async def flush(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Write everything pending (on ``loop``); raise if the store fails."""
+        """Write everything pending (on ``loop``); raise if the store fails.
+
+        A write it did not start that failed is looked at again every 50 ms while it stays
+        the journal's write (its loop has yet to run its end), at most ``wait_timeout``
+        seconds: then what it raised is raised."""
+        deadline = None
+        failed: _Write | None = None
         while True:
             with self._lock:
                 write, ours = self._next_locked(loop)
             if write is None:
                 return
+            if write is failed:  # its end is not accounted for yet: no busy loop meanwhile
+                await asyncio.sleep(_LOOK_EVERY)
             try:
                 await write.wait()
             except BaseException:
                 task = asyncio.current_task()
                 if ours or (task is not None and task.cancelling()):
                     raise  # our own write failed, or this flush is being cancelled
+                failed = write
+                if deadline is None:
+                    deadline = time.monotonic() + self.wait_timeout
+                elif time.monotonic() > deadline:
+                    raise
 
     def flush_blocking(
         self,
@@ -1045,6 +1194,7 @@ class EventBuffer:
         with self._lock:
             target = self._ticket
         ended: asyncio.AbstractEventLoop | None = None  # a loop that cancelled a write
+        failed: _Write | None = None  # a write we did not start that raised
         while True:
             with self._lock:
                 if self._written_ticket >= target:
@@ -1078,6 +1228,12 @@ class EventBuffer:
             except BaseException:
                 if ours:
                     raise
+                if write is failed:  # its end is not accounted for yet: no busy loop
+                    if time.monotonic() > deadline:
+                        self._log_unwritten(timeout)
+                        return False
+                    time.sleep(_LOOK_EVERY)
+                failed = write
 
     def _unwritten_locked(self) -> list[dict[str, Any]]:
         unsure = [] if self._unsure is None else self._unsure.events

@@ -422,6 +422,12 @@ class RunEventStore(ABC):
         self._setup_lock = None  # bound to this event loop; the store may reopen in another
         self._setup_loop = None
 
+    def _setup_loop_closed(self) -> None:
+        """The loop the store was set up on has closed: a store whose connections belong to
+        that loop forgets what it opened there (unusable now) and sets up again on its next
+        use. What the caller gave it stays: nothing can reopen it."""
+        return None
+
     async def __aenter__(self) -> Self:
         await self.setup()
         return self
@@ -440,6 +446,9 @@ class RunEventStore(ABC):
         return self._read_only
 
     async def _ready(self) -> None:
+        loop = self._setup_loop
+        if loop is not None and loop.is_closed() and self._is_setup:
+            self._setup_loop_closed()
         if not self._is_setup:
             if self._closed:
                 raise RuntimeError(

@@ -17,9 +17,11 @@ a fresh one; other errors pass through as psycopg raised them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Self, TypeVar
 
@@ -70,6 +72,8 @@ from deerflow_journal.stores.browsing import SummaryQuery, ThreadInfo, ThreadQue
 from deerflow_journal.summary import other_users_summary_error
 
 __all__ = ["MIGRATIONS", "PostgresRunEventStore"]
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -476,6 +480,8 @@ class PostgresRunEventStore(RunEventStore):
             read_only=read_only,
         )
         self._probed = False
+        #: The loop the pool the store opened itself runs on (its workers are its tasks).
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             self._dsn: str | None = None
             self._pool: AsyncConnectionPool | None = dsn_or_pool
@@ -509,6 +515,9 @@ class PostgresRunEventStore(RunEventStore):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def _setup(self) -> None:
+        if self._dsn is not None and self._pool_loop is not None and self._pool_loop.is_closed():
+            # A setup cut short with its loop left the pool it opened there: unusable.
+            self._drop_pool()
         if self._pool is None:
             if not self._probed:
                 # One plain connection on the first opening: a wrong DSN fails at once with the
@@ -518,6 +527,7 @@ class PostgresRunEventStore(RunEventStore):
                 await probe.close()
                 self._probed = True
             self._pool = await _open_pool(self._dsn)
+            self._pool_loop = asyncio.get_running_loop()
         await _SCHEMA.upgrade(
             self._run_statements,
             functools.partial(self._run_statements, migrating=True),
@@ -542,8 +552,42 @@ class PostgresRunEventStore(RunEventStore):
 
     async def _close(self) -> None:
         if self._dsn is not None and self._pool is not None:
-            pool, self._pool = self._pool, None
+            loop = self._pool_loop
+            if loop is not None and loop.is_closed():  # it cannot be closed: let go of it
+                self._drop_pool()
+                return
+            pool, self._pool, self._pool_loop = self._pool, None, None
             await pool.close()
+
+    def _setup_loop_closed(self) -> None:
+        # A pool hands out connections through tasks of its loop: once that loop has closed,
+        # every request waits for its timeout. Ours is let go and opened again on this loop;
+        # one the caller gave cannot be (it is the caller's to open on a live loop).
+        if self._dsn is not None:
+            self._drop_pool()
+            self._is_setup = False
+            self._setup_lock = None
+            self._setup_loop = None
+
+    def _drop_pool(self) -> None:
+        """Let go of the pool the store opened on a loop that has closed: its tasks cannot
+        run again, so it cannot be closed. Its idle connections' sockets are closed here, and
+        its tasks ended quietly (each would say, once collected, that its loop is closed)."""
+        pool, self._pool, self._pool_loop = self._pool, None, None
+        if pool is None:
+            return
+        logger.debug("PostgreSQL store reopens its pool: the loop it was opened on has closed")
+        # psycopg_pool's own attributes, read if they are there: nothing else reaches them.
+        for conn in list(getattr(pool, "_pool", ())):  # idle connections
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+        tasks = [getattr(pool, "_sched_runner", None), *getattr(pool, "_workers", ())]
+        for task in tasks:
+            if isinstance(task, asyncio.Task) and not task.done():
+                with contextlib.suppress(Exception):
+                    task._log_destroy_pending = False  # type: ignore[attr-defined]
+                with contextlib.suppress(BaseException):
+                    task.get_coro().close()  # type: ignore[union-attr]
 
     @contextlib.asynccontextmanager
     async def _connection(

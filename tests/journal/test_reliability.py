@@ -406,7 +406,12 @@ def stalled_once(store: RunEventStore, stage: str) -> list[str]:
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_write_whose_loop_is_closed_under_it_is_written_next_once(tmp_path, kind, stage, then):
     """``loop.run_until_complete(graph.ainvoke(...))`` then ``loop.close()``, as a task
-    queue's worker does per task, while the run's write (or the store's lazy setup) runs."""
+    queue's worker does per task, while the run's write (or the store's lazy setup) runs.
+
+    The ``commit`` variants (the store took the batch, then the loop closed) pass also
+    without the journal taking up a dead write (``EventBuffer._drop_dead_locked``): they only
+    guard against the batch being stored twice. A write that ended on the loop's last turn,
+    and one on a loop stopped but not closed, are ``test_loop_ends.py``'s."""
     store = MemoryRunEventStore() if kind == "memory" else SqliteRunEventStore(tmp_path / "j.db")
     if stage != "setup":
         asyncio.run(store.setup())
