@@ -214,8 +214,6 @@ class _Write:
     loop: asyncio.AbstractEventLoop
     #: Set once the job is started (it gets this write first, to know if it was given up).
     future: asyncio.Future[None] | concurrent.futures.Future[None] = field(init=False)
-    #: The thread that runs ``loop`` when the job is a task it started there, else ``None``.
-    thread: int | None = None
     #: The job's coroutine (ended by hand if its loop closes under it).
     job: Coroutine[Any, Any, None] | None = None
     #: Given up, its loop closed under it: what it took is queued again, it touches nothing.
@@ -224,16 +222,12 @@ class _Write:
     settled: bool = False
 
     def is_dead(self) -> bool:
-        """True when its loop can no longer run it, or the callbacks of its end: closed, or
-        stopped and this thread's own (it cannot run while this thread waits for it)."""
-        loop = self.loop
-        if loop.is_closed():
-            return True
-        return (
-            self.thread == threading.get_ident()
-            and not loop.is_running()
-            and running_loop() is not loop
-        )
+        """True when its loop closed: it never runs again, nor the callbacks of its end.
+
+        (A loop that is only stopped may run again: its write is waited for, as long as the
+        waiter's timeout allows. Given up, it could hold a lock of that loop, such as a store's
+        setup lock, that every later write would wait for.)"""
+        return self.loop.is_closed()
 
     def _outcome_if_closed(self) -> None:
         """Raise what the job raised, if it ended (its loop closed before telling us)."""
@@ -316,6 +310,8 @@ _LOOP_GUARDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakS
 _GUARD_GENERATORS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
     weakref.WeakKeyDictionary()
 )
+#: Held to change or walk the two maps above: loops of several threads start guards at once.
+_GUARDS_LOCK = threading.Lock()
 
 
 def _guard(loop: asyncio.AbstractEventLoop) -> weakref.WeakSet[EventBuffer]:
@@ -328,16 +324,17 @@ def _guard(loop: asyncio.AbstractEventLoop) -> weakref.WeakSet[EventBuffer]:
     the loop's finaliser hook): its entry goes when the loop shuts down its generators, or,
     for a loop closed without that, when the next guard starts.
     """
-    for closed in [known for known in list(_GUARD_GENERATORS) if known.is_closed()]:
-        # Dropped unfinished: a closed loop's finaliser hook lets it go without a word.
-        _GUARD_GENERATORS.pop(closed, None)
-        _LOOP_GUARDS.pop(closed, None)
     buffers: weakref.WeakSet[EventBuffer] = weakref.WeakSet()
     guard = _at_loop_shutdown(buffers)
     with contextlib.suppress(StopIteration):
         guard.asend(None).send(None)  # runs to its ``yield``: the loop now tracks it
-    _LOOP_GUARDS[loop] = buffers
-    _GUARD_GENERATORS[loop] = guard
+    with _GUARDS_LOCK:
+        for closed in [known for known in list(_GUARD_GENERATORS) if known.is_closed()]:
+            # Dropped unfinished: a closed loop's finaliser hook lets it go without a word.
+            _GUARD_GENERATORS.pop(closed, None)
+            _LOOP_GUARDS.pop(closed, None)
+        _LOOP_GUARDS[loop] = buffers
+        _GUARD_GENERATORS[loop] = guard
     return buffers
 
 
@@ -349,7 +346,8 @@ async def _at_loop_shutdown(buffers: weakref.WeakSet[EventBuffer]) -> AsyncGener
         loop_ending(loop)  # other threads' writes go elsewhere now
         # The generator holds the loop: the loop may be freed once closed. (Its buffers stay
         # known: one that writes on it from now on starts no generator the loop would not end.)
-        _GUARD_GENERATORS.pop(loop, None)
+        with _GUARDS_LOCK:
+            _GUARD_GENERATORS.pop(loop, None)
         await asyncio.gather(*(buffer._write_before_loop_closes() for buffer in list(buffers)))
 
 
@@ -580,7 +578,6 @@ class EventBuffer:
         try:
             if loop is caller:
                 write.future = loop.create_task(coro)
-                write.thread = threading.get_ident()
             else:
                 write.future = asyncio.run_coroutine_threadsafe(coro, loop)
         except RuntimeError:  # the loop is closed: keep everything for the next writer
@@ -594,12 +591,11 @@ class EventBuffer:
         return write
 
     def _drop_dead_locked(self) -> None:
-        """Forget a write whose loop can no longer run (``is_dead``: ``loop.close()`` after
-        ``run_until_complete``, with no ``asyncio.run`` to cancel it, or this thread's own loop
-        stopped). One that ended, its done callback never run, is accounted for as that would
-        have. One that did not is abandoned, and what it took put back: the batch it was
-        sending may be stored, so it goes first, under its id (a stopped loop run again later
-        resumes the job, which then touches nothing, and that batch is not stored twice)."""
+        """Forget a write whose loop closed (``is_dead``: ``loop.close()`` after
+        ``run_until_complete``, with no ``asyncio.run`` to cancel it). One that ended, its done
+        callback never run, is accounted for as that would have. One that did not is
+        abandoned, and what it took put back: the batch it was sending may be stored, so it
+        goes first, under its id."""
         write = self._write
         if write is None or not write.is_dead():
             return
@@ -621,7 +617,7 @@ class EventBuffer:
         # Summaries read back from their file stay there: they go with the retry anyway.
         summaries = [item for item in self._in_flight_summaries if item[1] is not _spilled_summary]
         sending = self._sending
-        if sending is not None:  # a copy: the job, if it resumes, changes only its own
+        if sending is not None:  # a copy: the job's cleanup, when it is ended, changes its own
             sending = _Batch(
                 list(sending.events),
                 sending.batch_id,
@@ -651,7 +647,8 @@ class EventBuffer:
         guarded = self._guarded
         if guarded is not None and guarded() is loop:  # every write of a run: once is enough
             return
-        buffers = _LOOP_GUARDS.get(loop)
+        with _GUARDS_LOCK:
+            buffers = _LOOP_GUARDS.get(loop)
         if buffers is None:
             if on_background_loop():
                 return
@@ -697,8 +694,6 @@ class EventBuffer:
         # this write does not carry (a run's success, before the batch holding its run.end).
         # Builders take the journal's lock, which is taken before ours: built without ours.
         with self._lock:
-            if write.abandoned:  # given up before it ran (its loop stopped): takes nothing
-                return
             # Past their bound while writes fail, the summaries are built to leave memory.
             shed = len(self._summaries) > self.max_summaries and bool(
                 self._spill.count or self._failures.count
@@ -711,8 +706,6 @@ class EventBuffer:
             self._shed(built)
             built = []
         with self._lock:
-            if write.abandoned:
-                return
             # A batch that may have been stored goes first, under its id (a store that took
             # it skips it), then what is pending.
             unsure = self._unsure
@@ -773,8 +766,6 @@ class EventBuffer:
         while queue:
             if self._saved:  # the exit saved what the queue holds: sending it would repeat it
                 break
-            if write.abandoned:  # its loop stopped, then ran again: what it took is queued
-                return
             batch = self._sending = queue[0]  # held before it leaves the queue: never in neither
             queue.popleft()
             if len(batch.events) > _MAX_BATCH and not batch.sent:  # a backlog: in parts
@@ -790,8 +781,6 @@ class EventBuffer:
             self._sending = batch  # a backlog's first part
             try:
                 written = await self._send(batch, carried)
-                if write.abandoned:  # resumed after it was given up: the buffer is not its own
-                    return
                 self._sending = None
                 if carried:
                     self._in_flight_summaries = []

@@ -172,64 +172,6 @@ def test_an_async_flush_waiting_for_a_write_whose_loop_closes_writes_it_elsewher
     assert stored(store, journal.run_id) == ANSWER_SEQUENCE
 
 
-# -- a loop stopped, not closed, then a plain invoke on its thread ------------------------------
-
-
-@pytest.mark.parametrize("stage", ["write", "commit"])
-def test_invoke_beside_this_threads_stopped_loop_writes_what_its_write_took(stage):
-    """``run_until_complete`` returns with the run's write in flight (before or after the
-    store took its batch); the loop is kept for the next task and this thread then runs a
-    plain ``invoke``: that loop cannot run while it waits, so the write is given up and what
-    it took is written at once. Run again, the loop resumes the job, which touches nothing:
-    every event is stored once."""
-    store = MemoryRunEventStore()
-    asyncio.run(store.setup())
-    real = store._write
-    journal_writes: list[str] = []
-
-    async def slow(write: Write) -> Written:
-        journal_writes.append(write.batch_id or "")
-        if len(journal_writes) == 1 and stage == "commit":
-            written = await real(write)
-            for _ in range(3):
-                await asyncio.sleep(0)
-            return written
-        if len(journal_writes) == 1:
-            for _ in range(3):
-                await asyncio.sleep(0)
-        return await real(write)
-
-    store._write = slow  # type: ignore[method-assign]
-    journal = RunJournal(event_store=store, flush_threshold=1000)
-
-    def task() -> tuple[str, str]:
-        loop = asyncio.new_event_loop()
-        try:
-            loop.run_until_complete(
-                agent_graph(scripted(ai("1"))).ainvoke(QUESTION, {"callbacks": [journal]})
-            )
-            first = journal.run_id
-            write = journal._buffer._write
-            assert write is not None and not write.future.done()  # in flight, loop stopped
-            agent_graph(scripted(ai("2"))).invoke(QUESTION, {"callbacks": [journal]})
-            second = journal.run_id
-            assert first is not None and second is not None
-            assert journal._buffer._written_ticket == journal._buffer._ticket  # all written
-            loop.run_until_complete(asyncio.sleep(0.01))  # the given-up job resumes, and ends
-            assert write.future.done()
-            return first, second
-        finally:
-            loop.close()
-
-    first, second = in_thread(task)
-    in_thread(journal.close)
-    assert stored(store, first) == ANSWER_SEQUENCE  # once
-    assert stored(store, second) == ANSWER_SEQUENCE
-    buffer = journal._buffer
-    assert buffer._write is None and not buffer._events and buffer._unsure is None
-    assert buffer._in_flight is None and buffer._sending is None
-
-
 # -- loops that ran a journal are freed ----------------------------------------------------------
 
 
