@@ -207,6 +207,11 @@ def _watch(
     return watcher
 
 
+class LoopStopped(TimeoutError):
+    """A journal write waited for is on another thread's event loop, which stopped (kept for
+    a next task) and may never run it; its events stay buffered."""
+
+
 @dataclass(slots=True)
 class _Write:
     """One write in flight: its job (a task on ``loop``, or a future from another thread)."""
@@ -235,9 +240,11 @@ class _Write:
         if future.done():
             future.result()
 
-    async def wait(self) -> None:
+    async def wait(self, stopped_for: float) -> None:
         """Wait for the job from any running loop; raise what it raised. Returns at once if
-        its loop is closed, or closes while waiting, before the job ends (``is_dead``)."""
+        its loop is closed, or closes while waiting, before the job ends (``is_dead``); raises
+        ``LoopStopped`` once another thread's loop has stayed stopped ``stopped_for`` seconds
+        (kept for a next task, it may never run again)."""
         future = self.future
         if not isinstance(future, concurrent.futures.Future):
             if self.loop is asyncio.get_running_loop():
@@ -249,11 +256,21 @@ class _Write:
                 self._outcome_if_closed()
                 return
         waiting = asyncio.wrap_future(future)
+        stopped_at = None
         # Looked at now and then: a loop that closes never runs what it was sent.
         while not (await asyncio.wait([waiting], timeout=_LOOK_EVERY))[0]:
             if self.loop.is_closed():
                 self._outcome_if_closed()
                 return
+            if self.loop.is_running():
+                stopped_at = None
+            elif stopped_at is None:
+                stopped_at = time.monotonic()
+            elif time.monotonic() - stopped_at > stopped_for:
+                raise LoopStopped(
+                    f"the event loop of the journal write waited for stopped {stopped_for:.1f} "
+                    "s ago: run it again or close it"
+                )
         waiting.result()
 
     def wait_blocking(self, timeout: float) -> bool:
@@ -1137,7 +1154,8 @@ class EventBuffer:
 
         A write it did not start that failed is looked at again every 50 ms while it stays
         the journal's write (its loop has yet to run its end), at most ``wait_timeout``
-        seconds: then what it raised is raised."""
+        seconds: then what it raised is raised. A write on another thread's loop that stays
+        stopped ``wait_timeout`` seconds raises ``LoopStopped`` (the events stay buffered)."""
         deadline = None
         failed: _Write | None = None
         while True:
@@ -1148,11 +1166,12 @@ class EventBuffer:
             if write is failed:  # its end is not accounted for yet: no busy loop meanwhile
                 await asyncio.sleep(_LOOK_EVERY)
             try:
-                await write.wait()
-            except BaseException:
+                await write.wait(self.wait_timeout)
+            except BaseException as exc:
                 task = asyncio.current_task()
-                if ours or (task is not None and task.cancelling()):
-                    raise  # our own write failed, or this flush is being cancelled
+                if ours or (task is not None and task.cancelling()) or isinstance(exc, LoopStopped):
+                    raise  # our own write failed, this flush is being cancelled, or its loop
+                    # stopped: what it waits for may never run
                 failed = write
                 if deadline is None:
                     deadline = time.monotonic() + self.wait_timeout

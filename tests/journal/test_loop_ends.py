@@ -136,9 +136,9 @@ def test_an_async_flush_waiting_for_a_write_whose_loop_closes_writes_it_elsewher
     waiting = threading.Event()
     real_wait = buffer_module._Write.wait
 
-    async def wait(self: Any) -> None:
+    async def wait(self: Any, stopped_for: float) -> None:
         waiting.set()
-        await real_wait(self)
+        await real_wait(self, stopped_for)
 
     closed = threading.Event()
 
@@ -168,6 +168,56 @@ def test_an_async_flush_waiting_for_a_write_whose_loop_closes_writes_it_elsewher
         buffer_module._Write.wait = real_wait  # type: ignore[method-assign]
     thread.join(BOUND)
     assert closed.is_set()
+    assert journal.run_id is not None
+    assert stored(store, journal.run_id) == ANSWER_SEQUENCE
+
+
+# -- await flush() while another thread's loop stays stopped ----------------------------------
+
+
+def test_an_async_flush_gives_up_on_a_write_whose_loop_stays_stopped_and_keeps_its_events():
+    """A worker keeps its loop for a next task with the run's write in flight: the flush
+    raises after the wait's timeout instead of waiting for good; the loop run again writes
+    the run, once."""
+    store = MemoryRunEventStore()
+    asyncio.run(store.setup())
+    journal = RunJournal(event_store=store, flush_threshold=1000)
+    journal._buffer.wait_timeout = 0.2
+    real = store._write
+    release: list[asyncio.Event] = []
+
+    async def stalling(write: Write) -> Written:
+        if not release:
+            release.append(asyncio.Event())
+            await release[0].wait()  # until the worker's loop runs again and sets it
+        return await real(write)
+
+    store._write = stalling  # type: ignore[method-assign]
+    loop = asyncio.new_event_loop()
+
+    def first_task() -> None:
+        loop.run_until_complete(
+            agent_graph(scripted(ai("1"))).ainvoke(QUESTION, {"callbacks": [journal]})
+        )
+        while not release:  # the write may start on the next turn
+            loop.run_until_complete(asyncio.sleep(0.001))
+
+    async def flush() -> None:
+        await asyncio.wait_for(journal.flush(), BOUND)
+
+    async def next_task() -> None:
+        release[0].set()
+        while journal._buffer._write is not None:
+            await asyncio.sleep(0.001)
+
+    try:
+        in_thread(first_task)  # returns with the loop stopped, the write in flight
+        with pytest.raises(buffer_module.LoopStopped):
+            in_thread(lambda: asyncio.run(flush()))
+        in_thread(lambda: loop.run_until_complete(next_task()))
+        in_thread(lambda: asyncio.run(flush()))
+    finally:
+        loop.close()
     assert journal.run_id is not None
     assert stored(store, journal.run_id) == ANSWER_SEQUENCE
 
