@@ -240,21 +240,29 @@ class _Write:
         if future.done():
             future.result()
 
+    def _waitable(self) -> concurrent.futures.Future[None] | None:
+        """The job's end as a future any thread may wait on; ``None`` if its loop is closed
+        (what the job raised, if it ended, is raised)."""
+        future = self.future
+        if isinstance(future, concurrent.futures.Future):
+            return future
+        try:
+            return _watch(future, self.loop)
+        except RuntimeError:  # its loop is closed
+            self._outcome_if_closed()
+            return None
+
     async def wait(self, stopped_for: float) -> None:
         """Wait for the job from any running loop; raise what it raised. Returns at once if
         its loop is closed, or closes while waiting, before the job ends (``is_dead``); raises
         ``LoopStopped`` once another thread's loop has stayed stopped ``stopped_for`` seconds
         (kept for a next task, it may never run again)."""
-        future = self.future
-        if not isinstance(future, concurrent.futures.Future):
-            if self.loop is asyncio.get_running_loop():
-                await _outcome(future)
-                return
-            try:
-                future = _watch(future, self.loop)
-            except RuntimeError:  # its loop is closed
-                self._outcome_if_closed()
-                return
+        if self.loop is asyncio.get_running_loop():
+            await _outcome(self.future)
+            return
+        future = self._waitable()
+        if future is None:
+            return
         waiting = asyncio.wrap_future(future)
         stopped_at = None
         # Looked at now and then: a loop that closes never runs what it was sent.
@@ -280,13 +288,9 @@ class _Write:
         its loop closed under it (``is_dead``).
         """
         deadline = time.monotonic() + timeout
-        future = self.future
-        if not isinstance(future, concurrent.futures.Future):
-            try:
-                future = _watch(future, self.loop)
-            except RuntimeError:  # its loop is closed
-                self._outcome_if_closed()
-                return True
+        future = self._waitable()
+        if future is None:
+            return True
         # Looked at now and then: a loop that closes never runs what it was sent.
         while not concurrent.futures.wait([future], min(_LOOK_EVERY, timeout)).done:
             if self.loop.is_closed():
@@ -633,16 +637,8 @@ class EventBuffer:
         self._write = None
         # Summaries read back from their file stay there: they go with the retry anyway.
         summaries = [item for item in self._in_flight_summaries if item[1] is not _spilled_summary]
-        sending = self._sending
-        if sending is not None:  # a copy: the job's cleanup, when it is ended, changes its own
-            sending = _Batch(
-                list(sending.events),
-                sending.batch_id,
-                sending.sent,
-                None if sending.summaries is None else list(sending.summaries),
-            )
-        later = [_Batch(list(batch.events)) for batch in self._in_flight or ()]
-        self._requeue_locked(sending or _Batch([]), later, summaries, False)
+        # The job touches none of them again (its cleanup sees it abandoned).
+        self._requeue_locked(self._sending or _Batch([]), self._in_flight or (), summaries, False)
         self._write_all = True
         logger.warning("journal write ended with its event loop; its events are written next")
         if write.loop.is_closed() and write.job is not None:
@@ -819,7 +815,9 @@ class EventBuffer:
                                 {key for key, _, data in summaries if id(data) not in left}
                             )
                         summaries = [item for item in summaries if id(item[2]) in left]
-                    self._requeue(batch, queue, [] if from_file else summaries, close_after)
+                    with self._lock:
+                        kept = [] if from_file else summaries
+                        self._requeue_locked(batch, queue, kept, close_after)
                     raise
                 if last and not instead and batch.events:
                     instead = [_Batch([])]  # the summaries still go
@@ -1013,16 +1011,6 @@ class EventBuffer:
         with self._lock:
             self._write_all = True
 
-    def _requeue(
-        self,
-        batch: _Batch,
-        later: Iterable[_Batch],
-        summaries: list[_Summary],
-        close_after: bool,
-    ) -> None:
-        with self._lock:
-            self._requeue_locked(batch, later, summaries, close_after)
-
     def _requeue_locked(
         self,
         batch: _Batch,
@@ -1049,8 +1037,6 @@ class EventBuffer:
         self._close_when_empty = self._close_when_empty or close_after
 
     def _finished(self, write: _Write, future: Any) -> None:
-        if write.abandoned:
-            return
         cancelled = future.cancelled()
         error = None if cancelled else future.exception()
         with self._lock:

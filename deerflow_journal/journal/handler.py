@@ -74,23 +74,27 @@ def _names_no_thread(metadata: Mapping[str, Any] | None) -> bool:
     return (metadata or {}).get("thread_id") in (None, "")
 
 
+def _context() -> tuple[Mapping[str, Any], Any]:
+    """LangChain's config context of the runnable calling us, and the run its callbacks are
+    children of (``None``: no context, or callbacks without a parent)."""
+    config = var_child_runnable_config.get() or {}
+    return config, getattr(config.get("callbacks"), "parent_run_id", None)
+
+
 def _root_config_thread(state: RunState) -> str | None:
     """The thread of a run's root config where the caller runs in the root's config context
     (its callbacks' parent is the root): ``""`` for none; ``None`` elsewhere (a batch starts
     its items outside their contexts, an executor thread has none)."""
-    config = var_child_runnable_config.get()
-    if config is None or getattr(config.get("callbacks"), "parent_run_id", None) != state.root:
+    config, caller = _context()
+    if caller is None or caller != state.root:
         return None
-    return _storable_thread_id((config.get("configurable") or {}).get("thread_id")) or ""
+    return _config_thread_id(config.get("configurable")) or ""
 
 
 def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
-    """The LangGraph config's ``thread_id``, or ``None`` if absent or not a storable id."""
-    return _storable_thread_id((metadata or {}).get("thread_id"))
-
-
-def _storable_thread_id(found: Any) -> str | None:
-    """A config's ``thread_id`` value as stored, or ``None`` if absent or not a storable id."""
+    """The LangGraph config's ``thread_id`` (in a callback's metadata or a config's
+    ``configurable``), or ``None`` if absent or not a storable id."""
+    found = (metadata or {}).get("thread_id")
     if found is None or found == "":
         return None
     try:
@@ -305,9 +309,7 @@ class RunJournal(GraphCallbackHandler):
                 self._buffer.start_write(self._writer.write_loop(state.sync))
         elif run_id is not None and state.root is not None:
             # A run still waiting for its thread: its first event settles it.
-            found = _root_config_thread(state)
-            state.on_thread = bool(found)
-            self._bind_thread(state, found or run_id)
+            self._bind_thread(state, _root_config_thread(state) or "")
             self._emit_own(state, event)
         else:
             state.unbound_events.append(event)
@@ -357,9 +359,7 @@ class RunJournal(GraphCallbackHandler):
 
     def _caller_run(self) -> RunState | None:
         """The run whose runnable called us (LangChain's config context names its run)."""
-        config = var_child_runnable_config.get()
-        callbacks = None if config is None else config.get("callbacks")
-        return self._parent_run(getattr(callbacks, "parent_run_id", None))
+        return self._parent_run(_context()[1])
 
     def _recorder_state(self, *, after_end: bool = True) -> RunState:
         """The run a recorder acts on (call with the lock held).
@@ -450,14 +450,13 @@ class RunJournal(GraphCallbackHandler):
         progress (``chain.invoke(x, {"callbacks": [journal]})``, a model or tool alike), or
         inside such a call still running after its run ended, is part of that run; True if it
         joined one."""
+        caller = _context()[1]
         with self._lock:
-            active = self._caller_run()
+            active = self._parent_run(caller)
             if active is None:
                 return False
             key = getattr(run_id, "int", run_id)
             self._runs[key] = active
-            config = var_child_runnable_config.get() or {}
-            caller = getattr(config.get("callbacks"), "parent_run_id", None)
             caller_key = getattr(caller, "int", caller)
             if not active.ended and (
                 caller_key == active.root_key or caller_key in active.top_chains
@@ -568,18 +567,18 @@ class RunJournal(GraphCallbackHandler):
         graph the root called itself (LangGraph copies the thread there), else not yet."""
         found = _root_config_thread(state)
         if found is None and top and not _names_no_thread(metadata):
-            found = _storable_thread_id((metadata or {}).get("thread_id")) or ""
+            found = _config_thread_id(metadata) or ""
         if found is None:
             return
         with self._lock:
             if state.thread_id is None:
-                state.on_thread = bool(found)
-                self._bind_thread(state, found or state.run_id or "")
+                self._bind_thread(state, found)
 
-    def _bind_thread(self, state: RunState, thread_id: str) -> None:
-        """Give a started run its thread and write what it held until then (call with the
-        lock held)."""
-        state.thread_id = thread_id
+    def _bind_thread(self, state: RunState, found: str) -> None:
+        """Give a started run the thread its config named (``""``: none, the run id) and
+        write what it held until then (call with the lock held)."""
+        state.on_thread = bool(found)
+        state.thread_id = found or state.run_id
         self._bind(state)
         held, state.unbound_events = state.unbound_events, []
         for event in held:

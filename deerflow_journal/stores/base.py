@@ -422,11 +422,11 @@ class RunEventStore(ABC):
         self._setup_lock = None  # bound to this event loop; the store may reopen in another
         self._setup_loop = None
 
-    def _setup_loop_closed(self) -> None:
+    def _let_go_of_closed_loop(self) -> bool:
         """The loop the store was set up on has closed: a store whose connections belong to
-        that loop forgets what it opened there (unusable now) and sets up again on its next
-        use. What the caller gave it stays: nothing can reopen it."""
-        return None
+        that loop lets go of what it opened there (unusable now) and returns True, to be set
+        up again. What the caller gave it stays: nothing can reopen it."""
+        return False
 
     async def __aenter__(self) -> Self:
         await self.setup()
@@ -447,8 +447,11 @@ class RunEventStore(ABC):
 
     async def _ready(self) -> None:
         loop = self._setup_loop
-        if loop is not None and loop.is_closed() and self._is_setup:
-            self._setup_loop_closed()
+        closed = loop is not None and loop.is_closed() and self._is_setup
+        if closed and self._let_go_of_closed_loop():
+            self._is_setup = False
+            self._setup_lock = None  # bound to the closed loop
+            self._setup_loop = None
         if not self._is_setup:
             if self._closed:
                 raise RuntimeError(

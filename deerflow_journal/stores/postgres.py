@@ -559,15 +559,14 @@ class PostgresRunEventStore(RunEventStore):
             pool, self._pool, self._pool_loop = self._pool, None, None
             await pool.close()
 
-    def _setup_loop_closed(self) -> None:
+    def _let_go_of_closed_loop(self) -> bool:
         # A pool hands out connections through tasks of its loop: once that loop has closed,
         # every request waits for its timeout. Ours is let go and opened again on this loop;
         # one the caller gave cannot be (it is the caller's to open on a live loop).
-        if self._dsn is not None:
-            self._drop_pool()
-            self._is_setup = False
-            self._setup_lock = None
-            self._setup_loop = None
+        if self._dsn is None:
+            return False
+        self._drop_pool()
+        return True
 
     def _drop_pool(self) -> None:
         """Let go of the pool the store opened on a loop that has closed: its tasks cannot

@@ -490,8 +490,7 @@ class _Connection:
         self._conn = _connect(self._path)
         if self._path not in ("", ":memory:"):
             # Right after opening: what SQLite has open is what is at the path now.
-            stat = os.stat(self._path)
-            self._file = stat.st_dev, stat.st_ino
+            self._file = _ident(self._path)
 
     def run(self, make: Callable[[], Statements[T]], writes: bool) -> T:
         """Run the statements ``make`` makes; roll back what a failure began."""
@@ -550,7 +549,7 @@ class _Connection:
             return self._reopen_now(moved)
 
     def _reopen_now(self, moved: bool) -> sqlite3.Connection:
-        ours = []
+        ours: dict[str, tuple[int, int]] = {}
         if moved and self._conn is not None:
             # The -wal and -shm still at the path that this connection opened are ours: ours
             # only is emptied (SQLite neither checkpoints nor removes the -wal of a moved
@@ -559,14 +558,17 @@ class _Connection:
             # the process reopened there since are the new file's: checkpointing them would
             # copy its rows into the old one. Best effort: waiting for another process still
             # on the old file is no use.
-            ours = [s for s, ident in self._sidecars.items() if _ident(f"{self._path}{s}") == ident]
+            ours = {
+                suffix: ident
+                for suffix, ident in self._sidecars.items()
+                if _ident(f"{self._path}{suffix}") == ident
+            }
             if "-wal" in ours:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("PRAGMA busy_timeout = 0")
                     self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        idents = {suffix: self._sidecars[suffix] for suffix in ours}
         self.close()
-        for suffix, ident in idents.items():  # the new file gets sidecars of its own
+        for suffix, ident in ours.items():  # the new file gets sidecars of its own
             if _ident(f"{self._path}{suffix}") == ident:
                 with contextlib.suppress(OSError):
                     os.unlink(f"{self._path}{suffix}")

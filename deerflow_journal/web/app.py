@@ -53,16 +53,28 @@ _HEADERS = [
 ]
 
 
-class SecurityHeaders:
-    """Adds the security headers to every HTTP response (pages, API, static files, errors)."""
+class _HttpMiddleware:
+    """An ASGI middleware for HTTP requests (``http``); other scopes pass through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        else:
             await self.app(scope, receive, send)
-            return
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one HTTP request."""
+        raise NotImplementedError
+
+
+class SecurityHeaders(_HttpMiddleware):
+    """Adds the security headers to every HTTP response (pages, API, static files, errors)."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send the response with the headers added."""
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -99,20 +111,16 @@ class AllowedHosts:
         await self.app(scope, receive, send)
 
 
-class ViewerRoot:
+class ViewerRoot(_HttpMiddleware):
     """Records where the viewer is mounted as a request enters it (``urls.viewer_root``).
 
     A mount inside the viewer (``/static``) extends ``root_path`` before a handler or an
     error page sees the scope; links are made from the viewer's own root all the same.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope = {**scope, ROOT_KEY: scope.get("root_path", "")}
-        await self.app(scope, receive, send)
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on with the viewer's root recorded."""
+        await self.app({**scope, ROOT_KEY: scope.get("root_path", "")}, receive, send)
 
 
 def _segment(raw: str) -> str:
@@ -120,7 +128,7 @@ def _segment(raw: str) -> str:
     return unquote(raw).replace("%", "%25").replace("/", "%2F")
 
 
-class EncodedSlashes:
+class EncodedSlashes(_HttpMiddleware):
     """Routes on the path as the client sent it, so an id holding "/" stays one segment.
 
     ASGI servers decode ``%2F`` before routing, which would split ``/threads/a%2Fb`` into
@@ -128,23 +136,19 @@ class EncodedSlashes:
     segment, "/" and "%" inside a segment left encoded; ``urls.path_id`` decodes the ids.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = scope["path"]
-            raw = scope.get("raw_path")
-            routed = None
-            if raw:
-                text = raw.decode("latin-1").split("?", 1)[0]
-                routed = "/".join(_segment(part) for part in text.split("/"))
-                if unquote(routed) != path:  # raw_path is not this path (say, a proxy's)
-                    routed = None
-            if routed is None:  # no "/" inside a segment can be told apart here
-                routed = path.replace("%", "%25")
-            scope = {**scope, "path": routed}
-        await self.app(scope, receive, send)
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on with its path as sent."""
+        path = scope["path"]
+        raw = scope.get("raw_path")
+        routed = None
+        if raw:
+            text = raw.decode("latin-1").split("?", 1)[0]
+            routed = "/".join(_segment(part) for part in text.split("/"))
+            if unquote(routed) != path:  # raw_path is not this path (say, a proxy's)
+                routed = None
+        if routed is None:  # no "/" inside a segment can be told apart here
+            routed = path.replace("%", "%25")
+        await self.app({**scope, "path": routed}, receive, send)
 
 
 def _wants_json(request: Request) -> bool:
@@ -161,7 +165,7 @@ async def _bad_param(request: Request, exc: Exception) -> Response:
     return _error(request, 422, str(exc), parameter=exc.name)
 
 
-class ServerErrors:
+class ServerErrors(_HttpMiddleware):
     """Answers an unexpected exception (a store that fails, a bug) with the viewer's error,
     JSON or a page, status 500, and logs it with its traceback.
 
@@ -169,13 +173,8 @@ class ServerErrors:
     for ``Exception`` runs outside every middleware and would answer without them.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; answer an exception that comes back before a response."""
         started = False
 
         async def tracked(message: Message) -> None:
