@@ -18,11 +18,12 @@ from types import TracebackType
 from typing import Any, Self
 from uuid import UUID
 
-from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
+from deerflow_journal.catalog import LLM_AI_RESPONSE_EVENT
 from deerflow_journal.journal import mapping
 from deerflow_journal.journal.buffer import SummaryBuilder
 from deerflow_journal.journal.loops import (
@@ -52,6 +53,8 @@ _RUNS_REMEMBERED = 64
 #: How many calls still running when their run ended a journal keeps track of: their later
 #: callbacks add to that run. Bounded, as a call whose end never arrives would stay forever.
 _LATE_CALLS_REMEMBERED = 1024
+_AI_RESPONSE_TYPE = LLM_AI_RESPONSE_EVENT.event_type
+_MESSAGE_CATEGORY = LLM_AI_RESPONSE_EVENT.category
 #: A model call not made for structured output (``RunState.structured`` has no entry).
 _NOT_STRUCTURED: Any = object()
 
@@ -1009,27 +1012,46 @@ class RunJournal(GraphCallbackHandler):
                 state.structured.pop(key, _NOT_STRUCTURED) if state.structured else _NOT_STRUCTURED
             )
             usages = []  # the events' copies of each message's usage_metadata
+            model = None
             for message in messages:
-                event = mapping.ai_response_event(
-                    message, caller=caller, latency_ms=latency, llm_call_index=start[1]
+                # A plain message's fields in one read: each attribute read of a pydantic
+                # model goes through its __getattr__ hook.
+                fields = (
+                    message.__dict__ if type(message) is AIMessage else mapping.ai_fields(message)
                 )
-                usages.append(event["metadata"]["usage"])
-                self._emit_own(state, event)  # content is the message itself
+                usage = fields["usage_metadata"]
+                usage = mapping.detach(usage) if usage else {}
+                if model is None:
+                    model = mapping.response_model(fields["response_metadata"])
+                usages.append(usage)
+                event = {  # ai_response_event, inlined: one per model call
+                    "event_type": _AI_RESPONSE_TYPE,
+                    "category": _MESSAGE_CATEGORY,
+                    "content": message,  # content is the message itself
+                    "metadata": {
+                        "caller": caller,
+                        "usage": usage,
+                        "latency_ms": latency,
+                        "llm_call_index": start[1],
+                    },
+                }
+                self._emit_own(state, event)
+                calls = fields["tool_calls"]
                 if lead:
-                    if message.tool_calls:
-                        calls = message.tool_calls
+                    if calls:
                         if schema is not _NOT_STRUCTURED:  # the schema's call is the answer
                             calls = [c for c in calls if schema is not None and c["name"] != schema]
                         state.outcomes.requested(calls)
-                    text = message.content
+                    text = fields["content"]
                     if type(text) is not str:
                         text = mapping.message_text(message)
                     if text.strip():  # the last lead-agent response with text
                         state.last_ai_message = text[: mapping.LAST_AI_MESSAGE_MAX_CHARS]
-                elif message.tool_calls and state.outcomes.answers:
-                    state.outcomes.requested(message.tool_calls, caller)
+                elif calls and state.outcomes.answers:
+                    state.outcomes.requested(calls, caller)
             if self.track_token_usage:
-                model = mapping.model_name(messages[0]) if messages else "unknown"
+                if model is None:
+                    model = "unknown"
                 # One usage per call: with several choices (n > 1) each carries all of it.
                 used = usages[0] if usages else None
                 if len(usages) > 1 and not used:

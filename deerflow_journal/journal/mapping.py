@@ -62,6 +62,7 @@ __all__ = [
     "EventKwargs",
     "MessageEncoder",
     "UnresolvedReason",
+    "ai_fields",
     "ai_response_event",
     "caller_from_tags",
     "chain_name",
@@ -82,6 +83,7 @@ __all__ = [
     "model_name",
     "node_state",
     "response_messages",
+    "response_model",
     "run_end_event",
     "run_error_event",
     "run_interrupt_event",
@@ -598,9 +600,24 @@ def response_messages(response: LLMResult) -> list[AIMessage]:
 
 def model_name(message: AIMessage) -> str:
     """Name the model of a response: ``model_name`` or ``model`` metadata, else ``unknown``."""
-    metadata = message.response_metadata
-    found = metadata.get("model_name") or metadata.get("model")
+    return response_model(message.response_metadata)
+
+
+def response_model(response_metadata: Mapping[str, Any]) -> str:
+    """``model_name`` of a message, from its ``response_metadata``."""
+    found = response_metadata.get("model_name") or response_metadata.get("model")
     return found if isinstance(found, str) and found else "unknown"
+
+
+def ai_fields(message: AIMessage) -> dict[str, Any]:
+    """The fields the journal reads of a response, read one by one (a subclass may compute
+    them; a plain ``AIMessage``'s are its ``__dict__``)."""
+    return {
+        "content": message.content,
+        "tool_calls": message.tool_calls,
+        "usage_metadata": message.usage_metadata,
+        "response_metadata": message.response_metadata,
+    }
 
 
 def ai_response_event(
