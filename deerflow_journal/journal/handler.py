@@ -1160,9 +1160,13 @@ class RunJournal(GraphCallbackHandler):
             waits = chain in self._chain_inputs and not state.closed
             written = False
             for message in messages:
-                call_id = getattr(message, "tool_call_id", None)
-                if outcomes.answered(call_id, message.content, caller):
-                    event = mapping.tool_result_event(message, caller)
+                if type(message) is ToolMessage:  # its fields in one read (see on_llm_end)
+                    fields = message.__dict__
+                    call_id, content = fields["tool_call_id"], fields["content"]
+                else:
+                    call_id, content = getattr(message, "tool_call_id", None), message.content
+                if outcomes.answered(call_id, content, caller):
+                    event = mapping.tool_result_event(message, caller, call_id)
                     if waits:
                         outcomes.returned(chain, call_id, caller, event)
                     else:

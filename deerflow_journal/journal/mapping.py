@@ -119,6 +119,8 @@ class EventKwargs(TypedDict):
 _AI_RESPONSE_TYPE = LLM_AI_RESPONSE_EVENT.event_type
 _TOOL_RESULT_TYPE = LLM_TOOL_RESULT_EVENT.event_type
 _MESSAGE_CATEGORY = LLM_AI_RESPONSE_EVENT.category
+#: An argument not given (``None`` is a value).
+_UNREAD: Any = object()
 
 
 def _event(definition: RunEventDefinition, content: Any, metadata: dict[str, Any]) -> EventKwargs:
@@ -683,9 +685,13 @@ def tool_result_messages(output: Any) -> list[BaseMessage]:
     return convert_to_messages(messages if isinstance(messages, list) else [messages])
 
 
-def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:
-    """``llm.tool.result`` for one message a tool returned."""
-    tool_call_id = getattr(message, "tool_call_id", None)
+def tool_result_event(
+    message: BaseMessage, caller: str, tool_call_id: Any = _UNREAD
+) -> EventKwargs:
+    """``llm.tool.result`` for one message a tool returned (``tool_call_id``: its call id,
+    if read already)."""
+    if tool_call_id is _UNREAD:
+        tool_call_id = getattr(message, "tool_call_id", None)
     return {  # _event, inlined: one per tool call
         "event_type": _TOOL_RESULT_TYPE,
         "category": _MESSAGE_CATEGORY,

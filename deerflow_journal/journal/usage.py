@@ -103,8 +103,9 @@ class TokenUsage:
         self.subagent_tokens = 0
         self.middleware_tokens = 0
         self.by_model: dict[str, TokenCounts] = {}
-        #: Calls to count before the totals are next read: ``add_call_later``'s arguments.
-        self._later: list[tuple[Hashable, str, str, Mapping[str, Any] | None]] = []
+        #: Calls to count before the totals are next read: ``add_call_later``'s arguments,
+        #: four items a call (flat: no tuple per call kept alive for the collector to scan).
+        self._later: list[Any] = []
 
     @property
     def llm_call_count(self) -> int:
@@ -118,13 +119,14 @@ class TokenUsage:
         """``add_call`` of a response's ``usage_metadata`` (``None``: no response), made when
         the totals are next read or counted: a model callback spends no time on it. ``usage``
         must not change meanwhile (the journal passes its own copy)."""
-        self._later.append((source_id, caller, model, usage))
+        self._later += (source_id, caller, model, usage)
 
     def _count_later(self) -> None:
         later = self._later
         if later:
             self._later = []
-            for source_id, caller, model, usage in later:
+            items = iter(later)
+            for source_id, caller, model, usage in zip(items, items, items, items, strict=True):
                 counts = () if usage is None else (token_counts(usage),)
                 self.add_call(source_id, caller, model, counts)
 
