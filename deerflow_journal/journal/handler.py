@@ -19,7 +19,7 @@ from typing import Any, Self
 from uuid import UUID
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import LLMResult
+from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
@@ -454,6 +454,8 @@ class RunJournal(GraphCallbackHandler):
         inside such a call still running after its run ended, is part of that run; True if it
         joined one."""
         caller = _context()[1]
+        if caller is None:  # most roots: no run called them, and no lock is needed to see it
+            return False
         with self._lock:
             active = self._parent_run(caller)
             if active is None:
@@ -989,7 +991,17 @@ class RunJournal(GraphCallbackHandler):
         A repeated callback writes nothing; usage already reported for this run id (as an
         external record) is not counted again, but the response is still written.
         """
-        messages = mapping.response_messages(response)
+        # response_messages, inlined for the common case: one plain message
+        generations = response.generations
+        if (
+            len(generations) == 1
+            and len(generations[0]) == 1
+            and type(only := generations[0][0]) is ChatGeneration
+            and type(first := only.message) is AIMessage
+        ):
+            messages = [first]
+        else:
+            messages = mapping.response_messages(response)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
@@ -1021,8 +1033,11 @@ class RunJournal(GraphCallbackHandler):
                 )
                 usage = fields["usage_metadata"]
                 usage = mapping.detach(usage) if usage else {}
-                if model is None:
-                    model = mapping.response_model(fields["response_metadata"])
+                if model is None:  # response_model, inlined: the first message names it
+                    metadata = fields["response_metadata"]
+                    model = metadata.get("model_name") or metadata.get("model")
+                    if not isinstance(model, str) or not model:
+                        model = "unknown"
                 usages.append(usage)
                 event = {  # ai_response_event, inlined: one per model call
                     "event_type": _AI_RESPONSE_TYPE,
