@@ -902,11 +902,18 @@ class RunJournal(GraphCallbackHandler):
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         options = kwargs.get("options")
         structured = options.get("ls_structured_output_format") if options else None
+        key = getattr(run_id, "int", run_id)
+        owner = key if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
-            state = self._llm_started(run_id, parent_run_id, caller)
+            state = self._runs.get(owner)  # _llm_started, inlined from here
             if state is None:
                 return
+            state.llm_calls += 1
+            state.llm_starts[key] = (time.monotonic(), state.llm_calls)
+            outcomes = state.outcomes
+            if outcomes.held or outcomes.attempts:  # most calls follow none
+                self._write_outcomes(state, caller)
             if caller != mapping.LEAD_AGENT:
                 # Not in a run whose root is a subagent's or middleware's: its inputs are a
                 # task's prompt, not a user's question.
@@ -918,8 +925,10 @@ class RunJournal(GraphCallbackHandler):
                     return
                 self._write_human(state, asked)
                 changed = True
-            else:
+            elif structured or outcomes.pending or not state.human_written:
                 changed = self._lead_agent_prompt(state, run_id, messages, structured)
+            else:  # most lead-agent calls: nothing to note in their prompt
+                changed = False
         finally:
             self._lock.release()
         if changed:
