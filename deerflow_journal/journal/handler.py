@@ -23,7 +23,7 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
-from deerflow_journal.catalog import LLM_AI_RESPONSE_EVENT
+from deerflow_journal.catalog import LLM_AI_RESPONSE_EVENT, LLM_TOOL_RESULT_EVENT
 from deerflow_journal.journal import mapping
 from deerflow_journal.journal.buffer import SummaryBuilder
 from deerflow_journal.journal.loops import (
@@ -54,6 +54,7 @@ _RUNS_REMEMBERED = 64
 #: callbacks add to that run. Bounded, as a call whose end never arrives would stay forever.
 _LATE_CALLS_REMEMBERED = 1024
 _AI_RESPONSE_TYPE = LLM_AI_RESPONSE_EVENT.event_type
+_TOOL_RESULT_TYPE = LLM_TOOL_RESULT_EVENT.event_type
 _MESSAGE_CATEGORY = LLM_AI_RESPONSE_EVENT.category
 #: A model call not made for structured output (``RunState.structured`` has no entry).
 _NOT_STRUCTURED: Any = object()
@@ -1161,15 +1162,16 @@ class RunJournal(GraphCallbackHandler):
         messages = [output] if type(output) is ToolMessage else mapping.tool_result_messages(output)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         key = getattr(run_id, "int", run_id)
+        # The nested chain that made the call (a graph node) may still fail, and be run again
+        # (not the run's root, nor a tool: their ends do not release results).
+        chain = None if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
             runs = self._runs
             if parent_run_id is None:  # _tool_run, inlined
                 state = runs.get(key)
             else:
-                state = runs.pop(key, None) or runs.get(
-                    getattr(parent_run_id, "int", parent_run_id)
-                )
+                state = runs.pop(key, None) or runs.get(chain)
             if state is None:
                 return
             start = state.tool_starts.pop(key, None)
@@ -1178,9 +1180,6 @@ class RunJournal(GraphCallbackHandler):
             elif type(output) is not ToolMessage and messages:  # a Command's update
                 messages = self._new_messages(parent_run_id, messages)
             outcomes = state.outcomes
-            # The nested chain that made the call (a graph node) may still fail, and be run
-            # again (not the run's root, nor a tool: their ends do not release results).
-            chain = None if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
             waits = chain in self._chain_inputs and not state.closed
             written = False
             for message in messages:
@@ -1190,7 +1189,14 @@ class RunJournal(GraphCallbackHandler):
                 else:
                     call_id, content = getattr(message, "tool_call_id", None), message.content
                 if outcomes.answered(call_id, content, caller):
-                    event = mapping.tool_result_event(message, caller, call_id)
+                    event = {  # tool_result_event, inlined: one per tool call
+                        "event_type": _TOOL_RESULT_TYPE,
+                        "category": _MESSAGE_CATEGORY,
+                        "content": message,
+                        "metadata": {"caller": caller}
+                        if call_id is None
+                        else {"caller": caller, "tool_call_id": call_id},
+                    }
                     if waits:
                         outcomes.returned(chain, call_id, caller, event)
                     else:

@@ -83,7 +83,6 @@ __all__ = [
     "model_name",
     "node_state",
     "response_messages",
-    "response_model",
     "run_end_event",
     "run_error_event",
     "run_interrupt_event",
@@ -119,8 +118,6 @@ class EventKwargs(TypedDict):
 _AI_RESPONSE_TYPE = LLM_AI_RESPONSE_EVENT.event_type
 _TOOL_RESULT_TYPE = LLM_TOOL_RESULT_EVENT.event_type
 _MESSAGE_CATEGORY = LLM_AI_RESPONSE_EVENT.category
-#: An argument not given (``None`` is a value).
-_UNREAD: Any = object()
 
 
 def _event(definition: RunEventDefinition, content: Any, metadata: dict[str, Any]) -> EventKwargs:
@@ -602,12 +599,8 @@ def response_messages(response: LLMResult) -> list[AIMessage]:
 
 def model_name(message: AIMessage) -> str:
     """Name the model of a response: ``model_name`` or ``model`` metadata, else ``unknown``."""
-    return response_model(message.response_metadata)
-
-
-def response_model(response_metadata: Mapping[str, Any]) -> str:
-    """``model_name`` of a message, from its ``response_metadata``."""
-    found = response_metadata.get("model_name") or response_metadata.get("model")
+    metadata = message.response_metadata
+    found = metadata.get("model_name") or metadata.get("model")
     return found if isinstance(found, str) and found else "unknown"
 
 
@@ -685,13 +678,9 @@ def tool_result_messages(output: Any) -> list[BaseMessage]:
     return convert_to_messages(messages if isinstance(messages, list) else [messages])
 
 
-def tool_result_event(
-    message: BaseMessage, caller: str, tool_call_id: Any = _UNREAD
-) -> EventKwargs:
-    """``llm.tool.result`` for one message a tool returned (``tool_call_id``: its call id,
-    if read already)."""
-    if tool_call_id is _UNREAD:
-        tool_call_id = getattr(message, "tool_call_id", None)
+def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:
+    """``llm.tool.result`` for one message a tool returned."""
+    tool_call_id = getattr(message, "tool_call_id", None)
     return {  # _event, inlined: one per tool call
         "event_type": _TOOL_RESULT_TYPE,
         "category": _MESSAGE_CATEGORY,
