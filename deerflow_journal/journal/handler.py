@@ -1060,7 +1060,18 @@ class RunJournal(GraphCallbackHandler):
                         "llm_call_index": start[1],
                     },
                 }
-                self._emit_own(state, event)
+                # _emit_own, inlined for a message (one per call)
+                thread_id, bound_run = state.thread_id, state.run_id
+                if thread_id is not None and bound_run is not None:
+                    state.message_count += 1
+                    event["thread_id"] = thread_id
+                    event["run_id"] = bound_run
+                    event["user_id"] = state.user_id
+                    event["created_at"] = time.time()
+                    if self._buffer.add(event):
+                        self._buffer.start_write(self._writer.write_loop(state.sync))
+                else:
+                    self._emit_own(state, event)
                 calls = fields["tool_calls"]
                 if lead:
                     if calls:
@@ -1200,7 +1211,18 @@ class RunJournal(GraphCallbackHandler):
                     if waits:
                         outcomes.returned(chain, call_id, caller, event)
                     else:
-                        self._emit_own(state, event)
+                        # _emit_own, inlined for a message (one per call)
+                        thread_id, bound_run = state.thread_id, state.run_id
+                        if thread_id is not None and bound_run is not None:
+                            state.message_count += 1
+                            event["thread_id"] = thread_id
+                            event["run_id"] = bound_run
+                            event["user_id"] = state.user_id
+                            event["created_at"] = time.time()
+                            if self._buffer.add(event):
+                                self._buffer.start_write(self._writer.write_loop(state.sync))
+                        else:
+                            self._emit_own(state, event)
                         written = True
         finally:
             self._lock.release()
