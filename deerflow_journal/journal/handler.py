@@ -535,7 +535,8 @@ class RunJournal(GraphCallbackHandler):
                 thread_id = run_id
             unbound = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.on_thread = bool(metadata and metadata.get("thread_id"))
-            state.lead_root = mapping.caller_from_tags(tags) == mapping.LEAD_AGENT
+            caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
+            state.lead_root = caller == mapping.LEAD_AGENT
             if thread_id is not None:
                 self._bind(state)
             state.workspace_before = snapshot
@@ -543,7 +544,7 @@ class RunJournal(GraphCallbackHandler):
             self._open_runs += 1
             if not sync and loop is not None:
                 self._writer.home_loop = loop
-            start = mapping.run_start_event(name, mapping.caller_from_tags(tags), metadata)
+            start = mapping.run_start_event(name, caller, metadata)
             # Built afresh, its metadata detached: only an odd chain name needs a copy.
             if name is not None and type(name) is not str:
                 start = mapping.detached_event(start)
