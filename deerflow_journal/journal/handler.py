@@ -298,7 +298,8 @@ class RunJournal(GraphCallbackHandler):
 
     def _emit_own(self, state: RunState, event: Any) -> None:
         """Count and buffer one event whose content needs no copy (a message, or copied
-        already)."""
+        already). ``on_llm_end`` and ``on_tool_end`` inline its bound-run path: keep them
+        alike."""
         thread_id, run_id = state.thread_id, state.run_id
         if thread_id is not None and run_id is not None:  # state.bound, inlined
             if event["category"] == "message":
