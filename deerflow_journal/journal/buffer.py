@@ -497,9 +497,10 @@ class EventBuffer:
         try:
             self._ticket += 1
             events = self._events
-            if len(events) < self._room:  # no room while anything is spilled: order holds
+            held = len(events)
+            if held < self._room:  # no room while anything is spilled: order holds
                 events.append(event)
-                return len(events) >= self._next_write_at and self._write is None
+                return held >= self._next_write_at - 1 and self._write is None
             self._spill_locked(event)
             return self._waiting_locked() >= self._next_write_at and self._write is None
         finally:

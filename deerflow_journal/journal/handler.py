@@ -448,7 +448,10 @@ class RunJournal(GraphCallbackHandler):
             return
         if self._joined_caller_run(run_id):
             return
-        WorkspaceTracker.wait(self._start_root(serialized, inputs, run_id=run_id, **kwargs))
+        # _start_root, inlined: no keyword arguments packed again
+        name = mapping.chain_name(serialized, kwargs.get("name"))
+        tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
+        WorkspaceTracker.wait(self._start_run(run_id, name, tags, metadata, inputs, chain=True))
 
     def _joined_caller_run(self, run_id: UUID) -> bool:
         """A root call given the journal as its own callbacks inside a node of a run in
