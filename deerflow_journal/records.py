@@ -732,12 +732,24 @@ def _batch_event(
         elif type(metadata) is not dict:
             return None
         content = event.get("content", "")
-        content_json = encode_json(content, default)
+        # encode_json's first step inlined; what it would clean takes all of encode_json.
+        dumps = orjson.dumps
+        try:
+            content_json = dumps(content, default=default, option=_ORJSON_OPTIONS).decode()
+        except TypeError:
+            content_json = encode_json(content, default)
+        if "\\" in content_json and "\\u0000" in content_json:
+            content_json = encode_json(content, default)
         if len(content_json) > uncut:  # else no limit could cut it: _cut is skipped
             content_json, metadata = _cut(
                 category, content, content_json, metadata, max_trace_content, max_outputs_content
             )
-        metadata_json = encode_json(metadata, default)
+        try:
+            metadata_json = dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()
+        except TypeError:
+            metadata_json = encode_json(metadata, default)
+        if "\\" in metadata_json and "\\u0000" in metadata_json:
+            metadata_json = encode_json(metadata, default)
         if len(content_json) > JSON_MAX_LENGTH or len(metadata_json) > JSON_MAX_LENGTH:
             return None
         metadata = orjson.loads(metadata_json)
