@@ -666,17 +666,119 @@ def normalise_batch(
     # One timestamp for the events without one, taken only if there are any.
     undated = any(type(e) is not dict or e.get("created_at") is None for e in events)
     now = normalise_created_at(None) if undated else None
-    return [
-        normalise_event(
-            event,
-            max_trace_content=max_trace_content,
-            max_outputs_content=max_outputs_content,
-            index=i,
-            now=now,
-            default=default,
+    ids: set[str] = set()  # ids found valid in this batch, which repeats a few
+    uncut = _uncut_length(max_trace_content, max_outputs_content)
+    pending = []
+    for i, event in enumerate(events):
+        found = _batch_event(
+            event, ids, now, uncut, max_trace_content, max_outputs_content, default
         )
-        for i, event in enumerate(events)
-    ]
+        if found is None:  # not the usual shape, or refused: normalise_event decides it
+            found = normalise_event(
+                event,
+                max_trace_content=max_trace_content,
+                max_outputs_content=max_outputs_content,
+                index=i,
+                now=now,
+                default=default,
+            )
+        pending.append(found)
+    return pending
+
+
+def _batch_event(
+    event: Any,
+    ids: set[str],
+    now: str | None,
+    uncut: int,
+    max_trace_content: int | None,
+    max_outputs_content: int | None,
+    default: Callable[[Any], Any],
+) -> PendingEvent | None:
+    """``normalise_event`` of a dict event that it would accept, its ids and kinds checked
+    once per value; ``None`` for any other (``normalise_event`` then decides it)."""
+    try:
+        if type(event) is not dict or not _ALLOWED_KEYS.issuperset(event):
+            return None
+        thread_id, run_id = event["thread_id"], event["run_id"]  # a missing one: KeyError
+        event_type, category = event["event_type"], event["category"]
+        # Plain str only: the caches would take an object equal to a checked id for it.
+        if type(thread_id) is not str or type(run_id) is not str or type(event_type) is not str:
+            return None
+        if type(category) is not str:
+            return None
+        if thread_id not in ids:
+            ids.add(check_text(thread_id, "thread_id"))
+        if run_id not in ids:
+            ids.add(check_text(run_id, "run_id"))
+        if (event_type, category) not in _VALID_KINDS:
+            check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
+            check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)
+            if len(_VALID_KINDS) >= 1024:  # bounded: tags made on the fly would pile up
+                _VALID_KINDS.clear()
+            _VALID_KINDS.add((event_type, category))
+        if "user_id" in event:
+            user_id = event["user_id"]
+            if user_id is not None:
+                if type(user_id) is not str:
+                    return None
+                if user_id not in ids:
+                    ids.add(check_text(user_id, "user_id"))
+        else:
+            user_id = _current_user.get()
+        metadata = event.get("metadata")
+        if metadata is None:
+            metadata = {}
+        elif type(metadata) is not dict:
+            return None
+        content = event.get("content", "")
+        # encode_json's first step inlined; what it would clean takes all of encode_json.
+        dumps = orjson.dumps
+        try:
+            content_json = dumps(content, default=default, option=_ORJSON_OPTIONS).decode()
+        except TypeError:
+            content_json = encode_json(content, default)
+        if "\\" in content_json and "\\u0000" in content_json:
+            content_json = encode_json(content, default)
+        if len(content_json) > uncut:  # else no limit could cut it: _cut is skipped
+            content_json, metadata = _cut(
+                category, content, content_json, metadata, max_trace_content, max_outputs_content
+            )
+        try:
+            metadata_json = dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()
+        except TypeError:
+            metadata_json = encode_json(metadata, default)
+        if "\\" in metadata_json and "\\u0000" in metadata_json:
+            metadata_json = encode_json(metadata, default)
+        if len(content_json) > JSON_MAX_LENGTH or len(metadata_json) > JSON_MAX_LENGTH:
+            return None
+        metadata = orjson.loads(metadata_json)
+        task_id = metadata.get("task_id")
+        if type(task_id) is not str:
+            task_id = None
+        elif len(task_id) > ID_MAX_LENGTH:
+            return None
+        created_at = event.get("created_at")
+        if now is None or created_at is not None:
+            created_at = normalise_created_at(created_at)
+        else:
+            created_at = now
+        caller = metadata.get("caller")
+    except Exception:
+        return None
+    return PendingEvent(
+        thread_id,
+        run_id,
+        event_type,
+        category,
+        content_json,
+        metadata_json,
+        created_at,
+        user_id,
+        task_id,
+        caller if type(caller) is str else None,
+        metadata,
+    )
 
 
 #: (event type, category) pairs found valid: ``check_text`` depends on nothing else, and a

@@ -8,6 +8,7 @@ import random
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from types import MappingProxyType
 
 import orjson
 import pytest
@@ -16,6 +17,7 @@ from deerflow_journal import AUTO, EventRefused, MemoryRunEventStore, current_us
 from deerflow_journal.journal.mapping import MessageEncoder
 from deerflow_journal.records import (
     FIT_KEEPS_WHOLE,
+    JSON_MAX_LENGTH,
     PendingEvent,
     decode_json,
     encode_json,
@@ -445,3 +447,91 @@ def test_a_pending_event_compares_alike_whether_its_metadata_was_read_or_not():
     (fast,), (slow,) = normalise_journal_batch([event]), normalise_batch([event])
     assert fast.decoded_metadata is None and slow.decoded_metadata is not None
     assert fast == slow and repr(fast) == repr(slow)
+
+
+class _Name(str):
+    """A str subclass: checked as a string, never taken from a batch's cache."""
+
+
+def _batch_events() -> list[object]:
+    """Events that need every part of ``normalise_event``, ids and kinds repeated."""
+    events: list[object] = []
+    for e in nasty_events("t"):
+        events += [e, {k: v for k, v in e.items() if k not in ("user_id", "created_at")}]
+    return [
+        *events,
+        event(thread_id="thé", run_id="rün", user_id="ü", metadata=None),
+        event(thread_id="thé", run_id="rün", content="x" * 50_000),
+        event(thread_id=_Name("t"), run_id=_Name("r"), event_type=_Name("llm.error")),
+        event(user_id=_Name("u"), category=_Name("trace")),
+        event(metadata=MappingProxyType({"caller": "lead_agent", "task_id": "task-1"})),
+        MappingProxyType(event(content={"a": [1, 2]})),
+        event(user_id=None),
+    ]
+
+
+@pytest.mark.parametrize("limits", [(10240, 65536), (None, None), (5, 7)])
+def test_normalise_batch_normalises_each_event_as_normalise_event_does(limits):
+    trace, outputs = limits
+    options = {"max_trace_content": trace, "max_outputs_content": outputs}
+    events = _batch_events()
+    with user_scope("scoped"):
+        now = normalise_created_at(None)
+        batch = normalise_batch(events, **options, default=MessageEncoder())
+        alone = [
+            normalise_event(e, **options, now=batch[1].created_at, default=MessageEncoder())
+            for e in events
+        ]
+    assert batch[1].created_at >= now  # the batch's one timestamp
+    assert [_stored(p) for p in batch] == [_stored(p) for p in alone]
+    assert [p.user_id for p in batch[:2]] == [None, "scoped"]
+
+
+@pytest.mark.parametrize("field", ["thread_id", "run_id", "user_id", "event_type", "category"])
+def test_normalise_batch_checks_an_object_equal_to_an_id_it_checked(field):
+    checked = event(thread_id="t", run_id="t", event_type="t", category="t", user_id="t")
+    with pytest.raises(TypeError, match=r"event 1: .*must be a string, got _EqualToT"):
+        normalise_batch([checked, {**checked, field: _EqualToT()}])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"metadata": {"task_id": "x" * 129}},
+        {"metadata": ["not", "a", "dict"]},
+        {"content": {"a": 1, 1: 2, "1": 3}},
+        {"content": "x" * (JSON_MAX_LENGTH + 1), "category": "message"},
+        {"event_type": "bad\x00type"},
+        {"category": "c" * 200},
+        {"thread_id": ""},
+        {"run_id": "r\ud800"},
+        {"user_id": 5},
+        {"created_at": "yesterday"},
+        {"created_at": 5},
+        {"seq": 3},
+    ],
+)
+def test_normalise_batch_refuses_a_repeated_kind_of_event_as_normalise_event_does(bad):
+    good = event(user_id="u", metadata={"caller": "lead_agent"})
+    events = [good, good, {**good, **bad}, good]
+    with pytest.raises((TypeError, ValueError)) as expected:
+        normalise_event(events[2], index=2)
+    with pytest.raises(type(expected.value), match=f"^{re.escape(str(expected.value))}$"):
+        normalise_batch(events)
+
+
+def test_normalise_batch_checks_each_distinct_id_and_kind_once(monkeypatch):
+    import deerflow_journal.records as records
+
+    checked: list[object] = []
+
+    def check_text(value, *args, **kwargs):
+        checked.append(value)
+        return real(value, *args, **kwargs)
+
+    real = records.check_text
+    monkeypatch.setattr(records, "check_text", check_text)
+    monkeypatch.setattr(records, "_VALID_KINDS", set())
+    events = [event(run_id=f"r{i % 2}", user_id="u", content=i) for i in range(10)]
+    assert [p.content for p in normalise_batch(events)] == list(range(10))
+    assert sorted(checked) == ["llm.error", "r0", "r1", "t", "trace", "u"]
