@@ -653,6 +653,20 @@ def _too_long(content_json: str, metadata_json: str, where: str) -> None:
     )
 
 
+#: (event type, category) pairs found valid: ``check_text`` depends on nothing else, and a
+#: journal writes a few kinds over and over.
+_VALID_KINDS: set[tuple[str, str]] = set()
+
+
+def _check_kind(event_type: str, category: str) -> None:
+    """Check an event type and category as ``normalise_event`` does, and note them valid."""
+    check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
+    check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)
+    if len(_VALID_KINDS) >= 1024:  # bounded: tags made on the fly would pile up
+        _VALID_KINDS.clear()
+    _VALID_KINDS.add((event_type, category))
+
+
 def normalise_batch(
     events: Sequence[Mapping[str, Any]],
     *,
@@ -712,11 +726,7 @@ def _batch_event(
         if run_id not in ids:
             ids.add(check_text(run_id, "run_id"))
         if (event_type, category) not in _VALID_KINDS:
-            check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
-            check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)
-            if len(_VALID_KINDS) >= 1024:  # bounded: tags made on the fly would pile up
-                _VALID_KINDS.clear()
-            _VALID_KINDS.add((event_type, category))
+            _check_kind(event_type, category)
         if "user_id" in event:
             user_id = event["user_id"]
             if user_id is not None:
@@ -779,11 +789,6 @@ def _batch_event(
         caller if type(caller) is str else None,
         metadata,
     )
-
-
-#: (event type, category) pairs found valid: ``check_text`` depends on nothing else, and a
-#: journal writes a few kinds over and over.
-_VALID_KINDS: set[tuple[str, str]] = set()
 
 
 def normalise_journal_batch(
@@ -872,11 +877,7 @@ def _journal_event(
                 check_text(user_id, "user_id")
             ids.add((thread_id, run_id, user_id))
         if (event_type, category) not in _VALID_KINDS:
-            check_text(event_type, "event type", RUN_EVENT_TYPE_MAX_LENGTH)
-            check_text(category, "category", RUN_EVENT_CATEGORY_MAX_LENGTH)
-            if len(_VALID_KINDS) >= 1024:  # bounded: tags made on the fly would pile up
-                _VALID_KINDS.clear()
-            _VALID_KINDS.add((event_type, category))
+            _check_kind(event_type, category)
         created_at = event["created_at"]
         metadata = event["metadata"]
         if created_at is None or type(metadata) is not dict:

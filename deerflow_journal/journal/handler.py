@@ -23,7 +23,6 @@ from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.callbacks import GraphCallbackHandler, GraphInterruptEvent, GraphResumeEvent
 
-from deerflow_journal.catalog import LLM_AI_RESPONSE_EVENT, LLM_TOOL_RESULT_EVENT
 from deerflow_journal.journal import mapping
 from deerflow_journal.journal.buffer import SummaryBuilder
 from deerflow_journal.journal.loops import (
@@ -53,9 +52,6 @@ _RUNS_REMEMBERED = 64
 #: How many calls still running when their run ended a journal keeps track of: their later
 #: callbacks add to that run. Bounded, as a call whose end never arrives would stay forever.
 _LATE_CALLS_REMEMBERED = 1024
-_AI_RESPONSE_TYPE = LLM_AI_RESPONSE_EVENT.event_type
-_TOOL_RESULT_TYPE = LLM_TOOL_RESULT_EVENT.event_type
-_MESSAGE_CATEGORY = LLM_AI_RESPONSE_EVENT.category
 #: A model call not made for structured output (``RunState.structured`` has no entry).
 _NOT_STRUCTURED: Any = object()
 
@@ -296,10 +292,24 @@ class RunJournal(GraphCallbackHandler):
         ``mapping.detach``)."""
         self._emit_own(state, mapping.detached_event(event))
 
+    def _emit_message(self, state: RunState, event: Any) -> None:
+        """``_emit_own`` for a message event (one per model response or tool result): a bound
+        run's path without the category test."""
+        thread_id, run_id = state.thread_id, state.run_id
+        if thread_id is not None and run_id is not None:
+            state.message_count += 1
+            event["thread_id"] = thread_id
+            event["run_id"] = run_id
+            event["user_id"] = state.user_id
+            event["created_at"] = time.time()
+            if self._buffer.add(event):
+                self._buffer.start_write(self._writer.write_loop(state.sync))
+        else:
+            self._emit_own(state, event)
+
     def _emit_own(self, state: RunState, event: Any) -> None:
         """Count and buffer one event whose content needs no copy (a message, or copied
-        already). ``on_llm_end`` and ``on_tool_end`` inline its bound-run path: keep them
-        alike."""
+        already)."""
         thread_id, run_id = state.thread_id, state.run_id
         if thread_id is not None and run_id is not None:  # state.bound, inlined
             if event["category"] == "message":
@@ -637,7 +647,10 @@ class RunJournal(GraphCallbackHandler):
             if isinstance(message, ToolMessage) and state.outcomes.answered_without_callback(
                 message.tool_call_id
             ):
-                self._emit_own(state, mapping.tool_result_event(message, mapping.LEAD_AGENT))
+                self._emit_own(
+                    state,
+                    mapping.tool_result_event(message, mapping.LEAD_AGENT, message.tool_call_id),
+                )
                 state.outcome_written(message.tool_call_id)
                 written = True
         return written
@@ -1046,37 +1059,13 @@ class RunJournal(GraphCallbackHandler):
                 fields = (
                     message.__dict__ if type(message) is AIMessage else mapping.ai_fields(message)
                 )
-                usage = fields["usage_metadata"]
-                usage = mapping.detach(usage) if usage else {}
-                if model is None:  # response_model, inlined: the first message names it
-                    metadata = fields["response_metadata"]
-                    model = metadata.get("model_name") or metadata.get("model")
-                    if not isinstance(model, str) or not model:
-                        model = "unknown"
-                usages.append(usage)
-                event = {  # ai_response_event, inlined: one per model call
-                    "event_type": _AI_RESPONSE_TYPE,
-                    "category": _MESSAGE_CATEGORY,
-                    "content": message,  # content is the message itself
-                    "metadata": {
-                        "caller": caller,
-                        "usage": usage,
-                        "latency_ms": latency,
-                        "llm_call_index": start[1],
-                    },
-                }
-                # _emit_own, inlined for a message (one per call)
-                thread_id, bound_run = state.thread_id, state.run_id
-                if thread_id is not None and bound_run is not None:
-                    state.message_count += 1
-                    event["thread_id"] = thread_id
-                    event["run_id"] = bound_run
-                    event["user_id"] = state.user_id
-                    event["created_at"] = time.time()
-                    if self._buffer.add(event):
-                        self._buffer.start_write(self._writer.write_loop(state.sync))
-                else:
-                    self._emit_own(state, event)
+                if model is None:  # the first message names the model
+                    model = mapping.model_name(fields["response_metadata"])
+                event = mapping.ai_response_event(
+                    message, fields, caller=caller, latency_ms=latency, llm_call_index=start[1]
+                )
+                usages.append(event["metadata"]["usage"])
+                self._emit_message(state, event)
                 calls = fields["tool_calls"]
                 if lead:
                     if calls:
@@ -1205,29 +1194,11 @@ class RunJournal(GraphCallbackHandler):
                 else:
                     call_id, content = getattr(message, "tool_call_id", None), message.content
                 if outcomes.answered(call_id, content, caller):
-                    event = {  # tool_result_event, inlined: one per tool call
-                        "event_type": _TOOL_RESULT_TYPE,
-                        "category": _MESSAGE_CATEGORY,
-                        "content": message,
-                        "metadata": {"caller": caller}
-                        if call_id is None
-                        else {"caller": caller, "tool_call_id": call_id},
-                    }
+                    event = mapping.tool_result_event(message, caller, call_id)
                     if waits:
                         outcomes.returned(chain, call_id, caller, event)
                     else:
-                        # _emit_own, inlined for a message (one per call)
-                        thread_id, bound_run = state.thread_id, state.run_id
-                        if thread_id is not None and bound_run is not None:
-                            state.message_count += 1
-                            event["thread_id"] = thread_id
-                            event["run_id"] = bound_run
-                            event["user_id"] = state.user_id
-                            event["created_at"] = time.time()
-                            if self._buffer.add(event):
-                                self._buffer.start_write(self._writer.write_loop(state.sync))
-                        else:
-                            self._emit_own(state, event)
+                        self._emit_message(state, event)
                         written = True
         finally:
             self._lock.release()

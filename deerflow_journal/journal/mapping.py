@@ -597,10 +597,10 @@ def response_messages(response: LLMResult) -> list[AIMessage]:
     return messages
 
 
-def model_name(message: AIMessage) -> str:
-    """Name the model of a response: ``model_name`` or ``model`` metadata, else ``unknown``."""
-    metadata = message.response_metadata
-    found = metadata.get("model_name") or metadata.get("model")
+def model_name(response_metadata: Mapping[str, Any]) -> str:
+    """Name the model of a response from its metadata: ``model_name`` or ``model``, else
+    ``unknown``."""
+    found = response_metadata.get("model_name") or response_metadata.get("model")
     return found if isinstance(found, str) and found else "unknown"
 
 
@@ -616,10 +616,15 @@ def ai_fields(message: AIMessage) -> dict[str, Any]:
 
 
 def ai_response_event(
-    message: AIMessage, *, caller: str, latency_ms: int | None, llm_call_index: int
+    message: AIMessage,
+    values: Mapping[str, Any],
+    *,
+    caller: str,
+    latency_ms: int | None,
+    llm_call_index: int,
 ) -> EventKwargs:
-    """``llm.ai.response`` for one generated message."""
-    usage = message.usage_metadata
+    """``llm.ai.response`` for one generated message, given its ``ai_fields`` values."""
+    usage = values["usage_metadata"]
     return {  # _event, inlined: one per model call
         "event_type": _AI_RESPONSE_TYPE,
         "category": _MESSAGE_CATEGORY,
@@ -678,9 +683,8 @@ def tool_result_messages(output: Any) -> list[BaseMessage]:
     return convert_to_messages(messages if isinstance(messages, list) else [messages])
 
 
-def tool_result_event(message: BaseMessage, caller: str) -> EventKwargs:
-    """``llm.tool.result`` for one message a tool returned."""
-    tool_call_id = getattr(message, "tool_call_id", None)
+def tool_result_event(message: BaseMessage, caller: str, tool_call_id: str | None) -> EventKwargs:
+    """``llm.tool.result`` for one message a tool returned, answering ``tool_call_id``."""
     return {  # _event, inlined: one per tool call
         "event_type": _TOOL_RESULT_TYPE,
         "category": _MESSAGE_CATEGORY,

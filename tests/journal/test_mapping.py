@@ -237,7 +237,9 @@ def test_human_input_is_the_message_dump_for_the_lead_agent():
 
 def test_ai_response_is_the_message_dump_with_call_metadata():
     message = ai("hello", calls=[("add", {"a": 1}, "c1")], msg_id="m1")
-    event = mapping.ai_response_event(message, caller="lead_agent", latency_ms=7, llm_call_index=2)
+    event = mapping.ai_response_event(
+        message, mapping.ai_fields(message), caller="lead_agent", latency_ms=7, llm_call_index=2
+    )
     assert event["event_type"] == "llm.ai.response" and event["category"] == "message"
     content = plain(event["content"])
     assert content == message.model_dump() and content["type"] == "ai"
@@ -275,7 +277,7 @@ def test_completion_text_becomes_an_ai_message_with_model_and_usage():
     )
     (message,) = mapping.response_messages(result)
     assert message.content == "forty-two"
-    assert mapping.model_name(message) == "text-model"
+    assert mapping.model_name(message.response_metadata) == "text-model"
     assert message.usage_metadata == {"input_tokens": 4, "output_tokens": 3, "total_tokens": 7}
 
 
@@ -289,8 +291,8 @@ def test_one_ai_message_per_generation():
 
 
 def test_model_name_falls_back_to_model_then_unknown():
-    assert mapping.model_name(AIMessage("", response_metadata={"model": "m2"})) == "m2"
-    assert mapping.model_name(AIMessage("")) == "unknown"
+    assert mapping.model_name({"model": "m2"}) == "m2"
+    assert mapping.model_name(AIMessage("").response_metadata) == "unknown"
 
 
 def test_llm_error_is_the_error_text():
@@ -302,7 +304,7 @@ def test_llm_error_is_the_error_text():
 def test_tool_message_output_is_one_tool_result():
     message = ToolMessage("3", tool_call_id="c1", name="add")
     assert mapping.tool_result_messages(message) == [message]
-    event = mapping.tool_result_event(message, "lead_agent")
+    event = mapping.tool_result_event(message, "lead_agent", message.tool_call_id)
     assert event["event_type"] == "llm.tool.result" and event["category"] == "message"
     assert plain(event["content"]) == message.model_dump()
     assert event["metadata"] == {"caller": "lead_agent", "tool_call_id": "c1"}
