@@ -292,21 +292,6 @@ class RunJournal(GraphCallbackHandler):
         ``mapping.detach``)."""
         self._emit_own(state, mapping.detached_event(event))
 
-    def _emit_message(self, state: RunState, event: Any) -> None:
-        """``_emit_own`` for a message event (one per model response or tool result): a bound
-        run's path without the category test."""
-        thread_id, run_id = state.thread_id, state.run_id
-        if thread_id is not None and run_id is not None:
-            state.message_count += 1
-            event["thread_id"] = thread_id
-            event["run_id"] = run_id
-            event["user_id"] = state.user_id
-            event["created_at"] = time.time()
-            if self._buffer.add(event):
-                self._buffer.start_write(self._writer.write_loop(state.sync))
-        else:
-            self._emit_own(state, event)
-
     def _emit_own(self, state: RunState, event: Any) -> None:
         """Count and buffer one event whose content needs no copy (a message, or copied
         already)."""
@@ -1065,7 +1050,7 @@ class RunJournal(GraphCallbackHandler):
                     message, fields, caller=caller, latency_ms=latency, llm_call_index=start[1]
                 )
                 usages.append(event["metadata"]["usage"])
-                self._emit_message(state, event)
+                self._emit_own(state, event)
                 calls = fields["tool_calls"]
                 if lead:
                     if calls:
@@ -1198,7 +1183,7 @@ class RunJournal(GraphCallbackHandler):
                     if waits:
                         outcomes.returned(chain, call_id, caller, event)
                     else:
-                        self._emit_message(state, event)
+                        self._emit_own(state, event)
                         written = True
         finally:
             self._lock.release()
