@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -177,7 +177,7 @@ class NewHumans:
         return latest_visible_human([humans])
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class RunState:
     """Counters, timings and outcomes of one run.
 
@@ -185,71 +185,44 @@ class RunState:
     before that keep their events in ``unbound_events`` until then.
     """
 
-    thread_id: str | None
-    run_id: str | None
-    user_id: str | None
-    root: UUID | None
-    root_key: Hashable  # the root's key in the journal's maps (``UUID.int``)
-    sync: bool
-    status: RunStatus
-    started_at: datetime
-    started: float
-    ended_at: datetime | None
-    duration_ms: int | None
-    error: dict[str, str] | None
-    llm_calls: int  # numbers the run's model calls (``llm_call_index``)
+    thread_id: str | None = None
+    run_id: str | None = None
+    user_id: str | None = None
+    root: UUID | None = None
+    root_key: Hashable = None  # the root's key in the journal's maps (``UUID.int``)
+    sync: bool = False
+    status: RunStatus = "running"
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    started: float = field(default_factory=time.monotonic)
+    ended_at: datetime | None = None
+    duration_ms: int | None = None
+    error: dict[str, str] | None = None
+    llm_calls: int = 0  # numbers the run's model calls (``llm_call_index``)
     # Keyed by LangChain run id, as UUID.int (cheaper to hash than the UUID; see RunJournal).
-    llm_starts: dict[Hashable, tuple[float, int]]
-    answered: set[Hashable]
+    llm_starts: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
+    answered: set[Hashable] = field(default_factory=set)
     # Model calls made for structured output (``with_structured_output``): the name of the
     # schema, whose "tool call" is the answer itself, never run by a tool.
-    structured: dict[Hashable, str | None]
-    tool_starts: dict[Hashable, ToolStart]
-    new_humans: NewHumans
-    human_written: bool  # the run's one ``llm.human.input`` is written
-    on_thread: bool  # the root config names a LangGraph thread (a checkpoint to resume)
-    lead_root: bool  # the root is not tagged as a subagent's or middleware's
-    memory_recorded: bool
-    usage: TokenUsage
-    outcomes: ToolCallOutcomes
-    message_count: int
-    dropped_events: int  # refused by the store for good
-    last_ai_message: str | None
-    first_human_message: str | None
-    interrupt: GraphInterruptEvent | None
+    structured: dict[Hashable, str | None] = field(default_factory=dict)
+    tool_starts: dict[Hashable, ToolStart] = field(default_factory=dict)
+    new_humans: NewHumans = field(default_factory=NewHumans)
+    human_written: bool = False  # the run's one ``llm.human.input`` is written
+    on_thread: bool = False  # the root config names a LangGraph thread (a checkpoint to resume)
+    lead_root: bool = True  # the root is not tagged as a subagent's or middleware's
+    memory_recorded: bool = False
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    outcomes: ToolCallOutcomes = field(default_factory=ToolCallOutcomes)
+    message_count: int = 0
+    dropped_events: int = 0  # refused by the store for good
+    last_ai_message: str | None = None
+    first_human_message: str | None = None
+    interrupt: GraphInterruptEvent | None = None
     # Chains the root called itself that are not nodes of a root graph (under a wrapped root:
     # its graph, a sequence's steps), by key: their pauses and resumes are the run's.
-    top_chains: set[Hashable]
-    closed: bool  # its terminal event is written: what comes later follows it
-    unbound_events: list[Mapping[str, Any]]
-    workspace_before: Any
-
-    def __init__(self) -> None:
-        # Written out: the generated __init__ calls a factory per container (a third of a
-        # root call's start).
-        self.thread_id = self.run_id = self.user_id = self.root = self.root_key = None
-        self.sync = False
-        self.status = "running"
-        self.started_at = datetime.now(UTC)
-        self.started = time.monotonic()
-        self.ended_at = self.duration_ms = self.error = None
-        self.llm_calls = 0
-        self.llm_starts = {}
-        self.answered = set()
-        self.structured = {}
-        self.tool_starts = {}
-        self.new_humans = NewHumans()
-        self.human_written = self.on_thread = False
-        self.lead_root = True
-        self.memory_recorded = False
-        self.usage = TokenUsage()
-        self.outcomes = ToolCallOutcomes()
-        self.message_count = self.dropped_events = 0
-        self.last_ai_message = self.first_human_message = self.interrupt = None
-        self.top_chains = set()
-        self.closed = False
-        self.unbound_events = []
-        self.workspace_before = None
+    top_chains: set[Hashable] = field(default_factory=set)
+    closed: bool = False  # its terminal event is written: what comes later follows it
+    unbound_events: list[Mapping[str, Any]] = field(default_factory=list)
+    workspace_before: Any = None
 
     def outcome_written(self, tool_call_id: str) -> None:
         """Mark the tools still running for the lead agent's ``tool_call_id`` late: its
