@@ -19,6 +19,7 @@ from typing import Any
 
 import aiosqlite
 import pytest
+from langchain_core.runnables import RunnableLambda
 
 from deerflow_journal import RunJournal, RunSummary, SqliteRunEventStore, open_store
 from deerflow_journal.stores import sqlite as sqlite_module
@@ -430,6 +431,44 @@ async def test_committed_events_survive_sigkill(tmp_path: Path):
         records = await store.list_messages(T, limit=100)
         assert [r["content"] for r in records] == list(range(51))
         assert (await store.put(**ev()))["seq"] == 52
+
+
+# -- indexed columns ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["path", "given connection"])
+async def test_indexed_columns_hold_null_when_absent_and_their_exact_text_otherwise(
+    tmp_path: Path, given: bool
+):
+    """The store binds an absent user, task or caller in its own way: whatever it binds, the
+    row holds NULL for it, and any text (empty, "0") as it is, by every write path."""
+    path = tmp_path / "j.db"
+    values = [None, "", "0", "k"]
+    events = [
+        ev(metadata={"task_id": task, "caller": caller}, user_id=user)
+        for task in values
+        for caller in values
+        for user in (None, "u1")
+    ]
+    expected = [(e["user_id"], e["metadata"]["task_id"], e["metadata"]["caller"]) for e in events]
+    async with contextlib.AsyncExitStack() as stack:
+        conn = await stack.enter_async_context(aiosqlite.connect(path)) if given else None
+        store = await stack.enter_async_context(SqliteRunEventStore(conn or path))
+        await store.put_batch(events)
+        for event in events:
+            await store.put(**event)
+        journal = RunJournal(event_store=store)
+        await RunnableLambda(lambda x: x).ainvoke("hi", {"callbacks": [journal]})
+        await journal.flush()
+    with sqlite3.connect(path) as db:
+        rows = db.execute(
+            "SELECT run_id, user_id, task_id, caller, json_extract(metadata, '$.caller')"
+            " FROM run_events ORDER BY seq"
+        ).fetchall()
+    assert [row[1:4] for row in rows if row[0] == "r1"] == expected * 2
+    journaled = [row[1:] for row in rows if row[0] != "r1"]
+    assert [row[:2] for row in journaled] == [(None, None)] * 2  # run.start, run.end
+    assert [row[2] for row in journaled] == [row[3] for row in journaled] == ["lead_agent", None]
 
 
 # -- large batches -----------------------------------------------------------------------------
