@@ -472,11 +472,7 @@ def normalise_event(
         if type(task_id) is not str:
             task_id = None
         elif len(task_id) > ID_MAX_LENGTH:
-            # Stores index it: PostgreSQL refuses an index entry over about 2.7 kB.
-            raise EventRefused(
-                f"{where}metadata.task_id must be at most {ID_MAX_LENGTH} characters, "
-                f"got {len(task_id)}"
-            )
+            raise EventRefused(_long_task_id(len(task_id), where))
         created_at = event.get("created_at")
         return PendingEvent(
             thread_id,
@@ -641,6 +637,11 @@ def _encode_field(value: Any, field: str, where: str, default: Callable[[Any], A
         raise EventRefused(f"{where}{field} cannot be stored as JSON: {exc!r}") from None
 
 
+def _long_task_id(length: int, where: str) -> str:
+    # Stores index it: PostgreSQL refuses an index entry over about 2.7 kB.
+    return f"{where}metadata.task_id must be at most {ID_MAX_LENGTH} characters, got {length}"
+
+
 def _too_long(content_json: str, metadata_json: str, where: str) -> None:
     field, text = (
         ("content", content_json)
@@ -685,7 +686,7 @@ def normalise_batch(
     pending = []
     for i, event in enumerate(events):
         found = _batch_event(
-            event, ids, now, uncut, max_trace_content, max_outputs_content, default
+            event, i, ids, now, uncut, max_trace_content, max_outputs_content, default
         )
         if found is None:  # not the usual shape, or refused: normalise_event decides it
             found = normalise_event(
@@ -702,6 +703,7 @@ def normalise_batch(
 
 def _batch_event(
     event: Any,
+    index: int,
     ids: set[str],
     now: str | None,
     uncut: int,
@@ -709,8 +711,10 @@ def _batch_event(
     max_outputs_content: int | None,
     default: Callable[[Any], Any],
 ) -> PendingEvent | None:
-    """``normalise_event`` of a dict event that it would accept, its ids and kinds checked
-    once per value; ``None`` for any other (``normalise_event`` then decides it)."""
+    """``normalise_event`` of the batch's event ``index`` when it is a dict of the usual shape,
+    its ids and kinds checked once per value; ``None``, before anything is encoded, for any
+    other (``normalise_event`` then decides it). Once its content is encoded, an event is
+    refused here as ``normalise_event`` would: encoding it again would run ``default`` again."""
     try:
         if type(event) is not dict or not _ALLOWED_KEYS.issuperset(event):
             return None
@@ -741,15 +745,24 @@ def _batch_event(
             metadata = {}
         elif type(metadata) is not dict:
             return None
-        content = event.get("content", "")
+        created_at = event.get("created_at")
+        if now is None or created_at is not None:
+            created_at = normalise_created_at(created_at)
+        else:
+            created_at = now
+    except Exception:
+        return None
+    content = event.get("content", "")
+    try:
         # encode_json's first step inlined; what it would clean takes all of encode_json.
         dumps = orjson.dumps
         try:
             content_json = dumps(content, default=default, option=_ORJSON_OPTIONS).decode()
         except TypeError:
-            content_json = encode_json(content, default)
-        if "\\" in content_json and "\\u0000" in content_json:
-            content_json = encode_json(content, default)
+            content_json = _encode_field(content, "content", f"event {index}: ", default)
+        else:
+            if "\\" in content_json and "\\u0000" in content_json:
+                content_json = _encode_field(content, "content", f"event {index}: ", default)
         if len(content_json) > uncut:  # else no limit could cut it: _cut is skipped
             content_json, metadata = _cut(
                 category, content, content_json, metadata, max_trace_content, max_outputs_content
@@ -757,25 +770,23 @@ def _batch_event(
         try:
             metadata_json = dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()
         except TypeError:
-            metadata_json = encode_json(metadata, default)
-        if "\\" in metadata_json and "\\u0000" in metadata_json:
-            metadata_json = encode_json(metadata, default)
+            metadata_json = _encode_field(metadata, "metadata", f"event {index}: ", default)
+        else:
+            if "\\" in metadata_json and "\\u0000" in metadata_json:
+                metadata_json = _encode_field(metadata, "metadata", f"event {index}: ", default)
         if len(content_json) > JSON_MAX_LENGTH or len(metadata_json) > JSON_MAX_LENGTH:
-            return None
+            _too_long(content_json, metadata_json, f"event {index}: ")
         metadata = orjson.loads(metadata_json)
         task_id = metadata.get("task_id")
         if type(task_id) is not str:
             task_id = None
         elif len(task_id) > ID_MAX_LENGTH:
-            return None
-        created_at = event.get("created_at")
-        if now is None or created_at is not None:
-            created_at = normalise_created_at(created_at)
-        else:
-            created_at = now
-        caller = metadata.get("caller")
-    except Exception:
-        return None
+            raise EventRefused(_long_task_id(len(task_id), f"event {index}: "))
+    except EventRefused:
+        raise
+    except ValueError as exc:  # as normalise_event turns them
+        raise EventRefused(*exc.args) from None
+    caller = metadata.get("caller")
     return PendingEvent(
         thread_id,
         run_id,

@@ -520,6 +520,46 @@ def test_normalise_batch_refuses_a_repeated_kind_of_event_as_normalise_event_doe
         normalise_batch(events)
 
 
+@pytest.mark.parametrize(
+    ("content", "metadata", "iterated"),
+    [
+        ("x" * JSON_MAX_LENGTH, {}, {}),
+        ("x", {"task_id": "x" * 129}, {}),
+        ("x", {}, {"a": "x" * JSON_MAX_LENGTH}),
+        ("x", {"task_id": "t"}, {"a": "x"}),
+    ],
+    ids=["content over the limit", "task_id too long", "metadata over the limit", "kept"],
+)
+def test_normalise_batch_encodes_an_events_values_once_whether_kept_or_refused(
+    content, metadata, iterated
+):
+    """``default`` may turn a value into JSON only once (an iterator): each value of an event
+    is encoded once, so an event refused alone is refused in a batch too."""
+    calls: list[object] = []
+
+    def once(value: object) -> object:
+        calls.append(value)
+        return list(value)  # type: ignore[call-overload]
+
+    def make() -> dict[str, object]:
+        values = {key: iter([value]) for key, value in iterated.items()}
+        return event(category="message", content=iter([content]), metadata={**metadata, **values})
+
+    outcomes = []
+    for normalise in (
+        lambda e: normalise_event(e, index=0, default=once),
+        lambda e: normalise_batch([e], default=once)[0],
+    ):
+        calls.clear()
+        try:
+            outcomes.append(normalise(make()).content_json)
+        except EventRefused as exc:
+            outcomes.append(str(exc))
+        assert len(calls) == 1 + len(iterated), calls
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0].startswith("event 0: ") == (outcomes[0] != '["x"]')
+
+
 def test_normalise_batch_checks_each_distinct_id_and_kind_once(monkeypatch):
     import deerflow_journal.records as records
 

@@ -1039,8 +1039,8 @@ class RunJournal(GraphCallbackHandler):
             usages = []  # the events' copies of each message's usage_metadata
             model = None
             for message in messages:
-                # A plain message's fields in one read: each attribute read of a pydantic
-                # model goes through its __getattr__ hook.
+                # A plain message's fields in one read: a pydantic model's attribute reads
+                # cost more than dict lookups, on every model call.
                 fields = (
                     message.__dict__ if type(message) is AIMessage else mapping.ai_fields(message)
                 )
@@ -1174,8 +1174,8 @@ class RunJournal(GraphCallbackHandler):
             written = False
             for message in messages:
                 if type(message) is ToolMessage:  # its fields in one read (see on_llm_end)
-                    fields = message.__dict__
-                    call_id, content = fields["tool_call_id"], fields["content"]
+                    fields = message.__dict__  # one built by model_construct may lack an id
+                    call_id, content = fields.get("tool_call_id"), fields["content"]
                 else:
                     call_id, content = getattr(message, "tool_call_id", None), message.content
                 if outcomes.answered(call_id, content, caller):

@@ -122,6 +122,22 @@ async def test_a_tool_called_directly_is_a_run(store):
     assert summary.status == "success"
 
 
+@tool
+def unvalidated(a: int) -> ToolMessage:
+    """Return a ToolMessage built without validation, and so without a tool call id."""
+    return ToolMessage.model_construct(content=f"r{a}")
+
+
+async def test_a_tool_message_built_without_its_call_id_is_written_and_ends_the_run(store):
+    journal = RunJournal(event_store=store)
+    output = await unvalidated.ainvoke({"a": 1}, {"callbacks": [journal]})
+    assert type(output) is ToolMessage and "tool_call_id" not in output.__dict__
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.tool.result", "run.end"]
+    assert summary.status == "success"
+
+
 def test_a_failing_tool_called_directly_ends_its_run_with_an_error():
     journal = RunJournal(event_store="memory://")
     with pytest.raises(RuntimeError):
