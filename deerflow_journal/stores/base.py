@@ -124,15 +124,13 @@ def _check_run(run_id: object) -> str:
     return check_text(run_id, "run_id")
 
 
-def _decoded(event: PendingEvent) -> Any:
-    """The event's content as its record holds it; its metadata is decoded too (the event
-    keeps it for ``PendingEvent.record``).
+def _decoded(event: PendingEvent) -> tuple[Any, dict[str, Any]]:
+    """The event's content and metadata as its record holds them.
 
-    Called between handing a write to a backend and awaiting it: a backend whose driver runs
-    in a thread of its own (SQLite's) writes meanwhile, on another core if there is one.
+    Decoded between handing a write to a backend and awaiting it: a backend whose driver
+    runs in a thread of its own (SQLite's) writes meanwhile, on another core if there is one.
     """
-    _ = event.metadata
-    return decode_json(event.content_json)
+    return decode_json(event.content_json), event.metadata
 
 
 async def _shielded(write: Awaitable[T]) -> T:
@@ -504,7 +502,7 @@ class RunEventStore(ABC):
         )
         await self._ready()
         write = self._write(Write([pending]))
-        content = _decoded(pending)  # while a driver thread writes it
+        content, _ = _decoded(pending)  # while a driver thread writes it
         written = await _shielded(write)
         return pending.record(written.seqs[0], content)
 
@@ -520,7 +518,7 @@ class RunEventStore(ABC):
             return []
         await self._ready()
         write = self._write(Write(pending))
-        contents = [_decoded(event) for event in pending]  # while a driver thread writes
+        contents = [_decoded(event)[0] for event in pending]  # while a driver thread writes
         written = await _shielded(write)
         return [
             event.record(seq, content)
