@@ -348,10 +348,6 @@ def make_record(
     }
 
 
-# ``PendingEvent.record``'s content when the caller has not decoded it.
-_UNDECODED: Any = object()
-
-
 @dataclass(slots=True)
 class PendingEvent:
     """A validated, normalised event on its way into a backend (seq not yet assigned)."""
@@ -398,16 +394,15 @@ class PendingEvent:
             self.caller,
         )
 
-    def record(self, seq: int, content: Any = _UNDECODED) -> RunEvent:
-        """Return the stored record this event becomes once it has ``seq`` (``content``: its
-        content decoded already)."""
+    def record(self, seq: int) -> RunEvent:
+        """Return the stored record this event becomes once it has ``seq``."""
         return make_record(
             self.thread_id,
             self.run_id,
             seq,
             self.event_type,
             self.category,
-            orjson.loads(self.content_json) if content is _UNDECODED else content,
+            orjson.loads(self.content_json),
             self.metadata,
             self.created_at,
             self.user_id,

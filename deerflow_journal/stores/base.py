@@ -124,15 +124,6 @@ def _check_run(run_id: object) -> str:
     return check_text(run_id, "run_id")
 
 
-def _decoded(event: PendingEvent) -> tuple[Any, dict[str, Any]]:
-    """The event's content and metadata as its record holds them.
-
-    Decoded between handing a write to a backend and awaiting it: a backend whose driver
-    runs in a thread of its own (SQLite's) writes meanwhile, on another core if there is one.
-    """
-    return decode_json(event.content_json), event.metadata
-
-
 async def _shielded(write: Awaitable[T]) -> T:
     """Await a write; if the caller is cancelled meanwhile, let the write finish first.
 
@@ -501,10 +492,8 @@ class RunEventStore(ABC):
             max_outputs_content=self.max_outputs_content,
         )
         await self._ready()
-        write = self._write(Write([pending]))
-        content, _ = _decoded(pending)  # while a driver thread writes it
-        written = await _shielded(write)
-        return pending.record(written.seqs[0], content)
+        written = await _shielded(self._write(Write([pending])))
+        return pending.record(written.seqs[0])
 
     async def put_batch(self, events: Sequence[Mapping[str, Any]]) -> list[RunEvent]:
         """Append every event atomically, seq in input order; a rejected batch writes nothing."""
@@ -517,13 +506,8 @@ class RunEventStore(ABC):
         if not pending:
             return []
         await self._ready()
-        write = self._write(Write(pending))
-        contents = [_decoded(event)[0] for event in pending]  # while a driver thread writes
-        written = await _shielded(write)
-        return [
-            event.record(seq, content)
-            for event, seq, content in zip(pending, written.seqs, contents, strict=True)
-        ]
+        written = await _shielded(self._write(Write(pending)))
+        return [event.record(seq) for event, seq in zip(pending, written.seqs, strict=True)]
 
     async def put_if_absent(
         self,
