@@ -80,10 +80,9 @@ def takes_work(loop: asyncio.AbstractEventLoop | None) -> TypeGuard[asyncio.Abst
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """Return the loop running in this thread, or ``None``."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+    # What ``get_running_loop`` reads, without raising and catching a RuntimeError on every
+    # call from a thread with no loop (a plain ``invoke``): several calls a run.
+    return asyncio._get_running_loop()
 
 
 def dispatched_synchronously() -> bool:
