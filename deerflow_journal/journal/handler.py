@@ -107,18 +107,21 @@ def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
 def _summary_builder(lock: threading.Lock, state: RunState) -> SummaryBuilder:
     """What builds a run's summary under the journal's ``lock`` (it holds the lock, not the
     journal: a buffer still writing must not keep the journal alive)."""
+    # A partial: a new object each time, as a closure was, made in C (twice a run).
+    return functools.partial(_build_summary, lock, state)
 
-    def build(timeout: float = -1, *, locked: bool = False) -> dict[str, Any]:
-        if locked:
-            return state.summary_json()
-        if not lock.acquire(timeout=timeout):
-            raise TimeoutError("the journal's lock is held")
-        try:
-            return state.summary_json()
-        finally:
-            lock.release()
 
-    return build
+def _build_summary(
+    lock: threading.Lock, state: RunState, timeout: float = -1, *, locked: bool = False
+) -> dict[str, Any]:
+    if locked:
+        return state.summary_json()
+    if not lock.acquire(timeout=timeout):
+        raise TimeoutError("the journal's lock is held")
+    try:
+        return state.summary_json()
+    finally:
+        lock.release()
 
 
 def _checked_store(store: Any) -> Any:

@@ -13,6 +13,7 @@ import inspect
 import sys
 import threading
 import weakref
+from types import FrameType
 from typing import TypeGuard
 
 from langchain_core.callbacks import manager as callback_manager
@@ -80,10 +81,9 @@ def takes_work(loop: asyncio.AbstractEventLoop | None) -> TypeGuard[asyncio.Abst
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """Return the loop running in this thread, or ``None``."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
+    # What ``get_running_loop`` reads, without raising and catching a RuntimeError on every
+    # call from a thread with no loop (a plain ``invoke``): several calls a run.
+    return asyncio._get_running_loop()
 
 
 def dispatched_synchronously() -> bool:
@@ -95,7 +95,7 @@ def dispatched_synchronously() -> bool:
     its public ``handle_event`` for the sync manager, another of its functions for the async
     one. Without either on the stack, a running loop means async.
     """
-    frame = inspect.currentframe()
+    frame: FrameType | None = sys._getframe()  # what inspect.currentframe() returns
     for _ in range(14):
         if frame is None:
             break
