@@ -275,21 +275,12 @@ def _detach(value: Any, kind: int, path: set[int] | None) -> Any:
             return copied
         items = enumerate(copied)
     inner = None
-    # Under the depth orjson allows, a plain list or tuple holding no container (the messages
-    # of a state, say) is copied here: it is no ancestor of anything, so no path to track.
-    shallow = path is None or len(path) < _MAX_DEPTH
     # Items kept as they are (most of what callbacks see: scalars, messages) stay put.
     for index, item in items:
-        item_type = type(item)
-        item_kind = _KINDS.get(item_type)
+        item_kind = _KINDS.get(type(item))
         if item_kind is None:
-            item_kind = _kind(item_type)
+            item_kind = _kind(type(item))
         if item_kind != _KEEP:
-            if shallow and (item_type is list or item_type is tuple):
-                flat = list(item)  # copied before it is looked at, as below
-                if _KEPT.issuperset(map(type, flat)):
-                    copied[index] = flat
-                    continue
             if inner is None:
                 inner = set() if path is None else path
                 inner.add(key)

@@ -404,23 +404,6 @@ def test_detach_stops_at_the_depth_json_refuses_anyway():
     assert depth == 255  # levels 0 to 254 are copies, then the original goes on
 
 
-def test_detach_copies_flat_lists_up_to_the_depth_json_refuses_anyway():
-    message = AIMessage("x", id="a")
-    value = {"messages": [message], "pair": (1, "b")}
-    copied = mapping.detach(value)
-    assert copied == {"messages": [message], "pair": [1, "b"]}
-    assert copied["messages"] is not value["messages"] and copied["messages"][0] is message
-    # Under {"d": ...}: the list at level 254 is the first kept, flat or not.
-    for levels, copies in ((253, 254), (254, 254), (255, 254)):
-        deep: list[Any] = [1]
-        for _ in range(levels):
-            deep = [deep]
-        copied, depth = mapping.detach({"d": deep})["d"], 0
-        while copied is not deep and copied != [1]:
-            copied, deep, depth = copied[0], deep[0], depth + 1
-        assert (depth, copied is deep) == ((levels, False) if levels < copies else (copies, True))
-
-
 @pytest.mark.parametrize(
     "error",
     [
