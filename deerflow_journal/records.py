@@ -759,10 +759,10 @@ def _batch_event(
         try:
             content_json = dumps(content, default=default, option=_ORJSON_OPTIONS).decode()
         except TypeError:
-            content_json = _encode_field(content, "content", f"event {index}: ", default)
+            content_json = _encode_field(content, "content", "", default)
         else:
             if "\\" in content_json and "\\u0000" in content_json:
-                content_json = _encode_field(content, "content", f"event {index}: ", default)
+                content_json = _encode_field(content, "content", "", default)
         if len(content_json) > uncut:  # else no limit could cut it: _cut is skipped
             content_json, metadata = _cut(
                 category, content, content_json, metadata, max_trace_content, max_outputs_content
@@ -770,20 +770,20 @@ def _batch_event(
         try:
             metadata_json = dumps(metadata, default=default, option=_ORJSON_OPTIONS).decode()
         except TypeError:
-            metadata_json = _encode_field(metadata, "metadata", f"event {index}: ", default)
+            metadata_json = _encode_field(metadata, "metadata", "", default)
         else:
             if "\\" in metadata_json and "\\u0000" in metadata_json:
-                metadata_json = _encode_field(metadata, "metadata", f"event {index}: ", default)
+                metadata_json = _encode_field(metadata, "metadata", "", default)
         if len(content_json) > JSON_MAX_LENGTH or len(metadata_json) > JSON_MAX_LENGTH:
-            _too_long(content_json, metadata_json, f"event {index}: ")
+            _too_long(content_json, metadata_json, "")
         metadata = orjson.loads(metadata_json)
         task_id = metadata.get("task_id")
         if type(task_id) is not str:
             task_id = None
         elif len(task_id) > ID_MAX_LENGTH:
-            raise EventRefused(_long_task_id(len(task_id), f"event {index}: "))
-    except EventRefused:
-        raise
+            raise EventRefused(_long_task_id(len(task_id), ""))
+    except EventRefused as exc:  # as normalise_event words it, naming the event
+        raise EventRefused(f"event {index}: {exc}") from None
     except ValueError as exc:  # as normalise_event turns them
         raise EventRefused(*exc.args) from None
     caller = metadata.get("caller")

@@ -9,7 +9,6 @@ daemon thread, which never keeps the interpreter from exiting.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import sys
 import threading
 import weakref
@@ -95,7 +94,7 @@ def dispatched_synchronously() -> bool:
     its public ``handle_event`` for the sync manager, another of its functions for the async
     one. Without either on the stack, a running loop means async.
     """
-    frame: FrameType | None = sys._getframe()  # what inspect.currentframe() returns
+    frame: FrameType | None = sys._getframe()  # inspect.currentframe(), without its call
     for _ in range(14):
         if frame is None:
             break
@@ -112,8 +111,8 @@ def looked_up_by_async_dispatcher() -> bool:
     The sync dispatcher calls what it gets and only runs a coroutine on a throwaway loop, and
     any other caller (a subclass's ``super()`` call, a test) expects a plain method.
     """
-    frame = inspect.currentframe()
-    reader = None if frame is None or frame.f_back is None else frame.f_back.f_back
+    frame = sys._getframe()
+    reader = None if frame.f_back is None else frame.f_back.f_back
     return (
         reader is not None
         and reader.f_globals is _MANAGER_GLOBALS

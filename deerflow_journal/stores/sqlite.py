@@ -885,6 +885,8 @@ def _numbered_params(events: Iterable[PendingEvent], seqs: Iterable[int]) -> lis
 
 def _row(event: PendingEvent) -> tuple[Any, ...]:
     """``event.columns()`` as bound here: a nullable column's None as 0 (see ``_placeholder``)."""
+    # Spelled out: rebuilding columns()'s tuple generically costs 4.6k instructions an event,
+    # nearly all that binding 0 saves.
     user_id, task_id, caller = event.user_id, event.task_id, event.caller
     return (
         event.thread_id,
