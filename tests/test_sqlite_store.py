@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import signal
 import sqlite3
@@ -267,12 +268,20 @@ async def test_the_schema_refuses_a_seq_that_does_not_follow_the_counter(tmp_pat
     path = tmp_path / "j.db"
     async with SqliteRunEventStore(path) as store:
         await store.put(**ev())
+        await store.put(**ev())
     columns = "(thread_id, run_id, seq, event_type, category, content, metadata, created_at)"
+    insert = f"INSERT INTO run_events {columns} VALUES (?, 'r', ?, 'x', 'trace', '1', '{{}}', '')"
+    # A seq taken, one past the next, and a deleted one (the counter does not go back).
+    with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        db.execute(insert, (T, 1))
     with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="last_seq"):
-        db.execute(
-            f"INSERT INTO run_events {columns} VALUES (?, 'r', 1, 'x', 'trace', '1', '{{}}', '')",
-            (T,),
-        )
+        db.execute(insert, (T, 4))
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM run_events WHERE seq = 2")
+    with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="last_seq"):
+        db.execute(insert, (T, 2))
+    with sqlite3.connect(path) as db:
+        assert [seq for (seq,) in db.execute("SELECT seq FROM run_events")] == [1]
     with sqlite3.connect(path) as db, pytest.raises(sqlite3.IntegrityError, match="keep their"):
         db.execute("UPDATE run_events SET category = 'trace'")
 
@@ -778,10 +787,56 @@ async def test_every_writer_keeps_the_thread_list_and_message_counts_exact(tmp_p
             assert_counters_exact(db)
 
 
-async def test_an_upgrade_keeps_the_counters_of_a_database_filled_before_it(tmp_path: Path):
-    # The migration that named each thread's last run, on a database of the version before it.
+@pytest.mark.parametrize("seed", range(4))
+async def test_booked_batches_keep_the_counters_exact_among_other_writers(
+    tmp_path: Path, seed: int
+):
+    # The store books its batches' counters per batch, the triggers book every other row: in
+    # any mix of threads, runs, users, categories and times, interleaved with other programs'
+    # rows and with deletes, both must leave what a recount from the rows gives.
+    rng = random.Random(seed)
     path = tmp_path / "j.db"
-    before = len(MIGRATIONS) - 2
+
+    def event() -> dict[str, Any]:
+        return {
+            "thread_id": rng.choice("ab"),
+            "run_id": rng.choice(["r1", "r2", "r3"]),
+            "event_type": "e",
+            "category": rng.choice(["message", "trace"]),
+            "user_id": rng.choice([None, "alice", "bob"]),
+            "created_at": at(rng.randrange(4)),
+        }
+
+    async with SqliteRunEventStore(path) as store:
+        with sqlite3.connect(path, isolation_level=None) as db:
+            for _ in range(60):
+                step = rng.random()
+                if step < 0.5:
+                    await store.put_batch([event() for _ in range(rng.randint(1, 6))])
+                elif step < 0.65:
+                    await store.put(**event())
+                elif step < 0.85:
+                    e = event()
+                    insert_raw(db, e["thread_id"], e["run_id"], e["user_id"], e["created_at"])
+                elif step < 0.95:
+                    await store.delete_by_run(rng.choice("ab"), rng.choice(["r1", "r2", "r3"]))
+                else:
+                    db.execute(
+                        "DELETE FROM run_events WHERE thread_id = ? AND seq = "
+                        "(SELECT max(seq) FROM run_events WHERE thread_id = ?)",
+                        (rng.choice("ab"),) * 2,
+                    )
+                assert_counters_exact(db)
+            booked = db.execute("SELECT count(*) FROM run_events WHERE booked = 1").fetchone()
+            assert booked[0] > 0  # the per-batch path ran
+
+
+@pytest.mark.parametrize("before", range(3, len(MIGRATIONS) - 1))
+async def test_an_upgrade_keeps_the_counters_of_a_database_filled_before_it(
+    tmp_path: Path, before: int
+):
+    # A database with the thread list (version 3 on), filled by the triggers of its version.
+    path = tmp_path / "j.db"
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute(sqlite_module.SCHEMA.create_table)
         for version in range(before + 1):

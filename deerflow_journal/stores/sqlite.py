@@ -3,11 +3,13 @@
 Seq assignment lives in the database. A write takes SQLite's write lock (``BEGIN IMMEDIATE``,
 or the single statement of a one-event ``put``) before it reads each thread's counter in
 ``run_thread_seq``, so concurrent writers in other processes queue on the busy timeout instead
-of reading the same counter; it then inserts its rows numbered on from that counter. A trigger
-moves the counter with every row and refuses a row whose seq does not follow it, so seq stays
-unique, gap-free and never reused (deletes leave the counter alone), whoever writes. Triggers
-also keep per-thread, per-user message counts, so ``count_messages`` does not grow with the
-thread.
+of reading the same counter; it then inserts its rows numbered on from that counter. The
+counter moves with every row, and a trigger refuses another writer's row whose seq does not
+follow it, so seq stays unique, gap-free and never reused (deletes leave the counter alone),
+whoever writes. Per-thread, per-user message counts and the thread list are kept the same way,
+so ``count_messages`` and ``list_threads`` do not grow with the thread. The store marks its own
+rows ``booked`` and keeps those counters once per batch (``_book``), which costs a fraction of
+the trigger's work per row; the trigger keeps them for every row not marked so.
 
 Each operation (a write of events and run summaries, a delete, a migration) is one generator
 of statements, all or nothing. The store's own connection is a plain ``sqlite3`` connection on
@@ -128,6 +130,36 @@ _UPSERT_SUMMARY = (
     "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
     "WHERE run_summaries.user_id IS excluded.user_id RETURNING id"
 )
+# The counters of booked rows, kept by _book (the insert triggers skip those rows).
+_BOOK_SEQ = (
+    "INSERT INTO run_thread_seq (thread_id, last_seq) VALUES (?, ?) "
+    "ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq"
+)
+_BOOK_MESSAGES = (
+    "INSERT INTO run_message_counts (thread_id, user_key, messages) VALUES (?, ?, ?) "
+    "ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + excluded.messages"
+)
+
+
+def _book_thread_sql(same_user: str) -> str:
+    """Move a ``run_threads`` row (?1, ?2) on to a booked row (seq ?3, time ?4, run ?5),
+    counting the run unless it is the row's last or has a row up to seq ?6 (the thread's last
+    before the batch); ``same_user`` narrows that probe to the user's rows."""
+    return f"""INSERT INTO run_threads
+            (user_key, thread_id, last_seq, last_event_at, run_count, last_run_id)
+        VALUES (?1, ?2, ?3, ?4, 1, ?5)
+        ON CONFLICT (user_key, thread_id) DO UPDATE SET
+            last_seq = excluded.last_seq,
+            last_event_at = excluded.last_event_at,
+            last_run_id = excluded.last_run_id,
+            run_count = run_count + (?5 IS NOT last_run_id AND NOT EXISTS (
+                SELECT 1 FROM run_events
+                WHERE thread_id = ?2 AND run_id = ?5 {same_user}AND seq <= ?6))"""
+
+
+_BOOK_THREAD = _book_thread_sql("")
+# Unary + keeps the probe on the run index, not the per-user one.
+_BOOK_USER_THREAD = _book_thread_sql("AND +user_id = ?1 ")
 # A batch id recorded already returns no row.
 _RECORD_BATCH = "INSERT OR IGNORE INTO run_journal_batches (batch_id) VALUES (?) RETURNING n"
 _FORGET_OLD_BATCHES = "DELETE FROM run_journal_batches WHERE n <= ?"
@@ -845,13 +877,15 @@ def _delete_rows(thread_id: str, where: str, params: list[Any]) -> Statements[in
 
 @functools.lru_cache(maxsize=256)
 def _insert_numbered_sql(rows: int) -> str:
-    """An INSERT of ``rows`` events whose seq is given (the trigger still checks it)."""
-    row = f"(?, {', '.join(_placeholder(i) for i in range(1, _PARAMS_PER_EVENT + 1))})"
-    return f"INSERT INTO run_events (seq, {_BATCH_COLUMNS}) VALUES {', '.join([row] * rows)}"
+    """An INSERT of ``rows`` booked events whose seq is given (``_book`` keeps the counters)."""
+    row = f"(?, 1, {', '.join(_placeholder(i) for i in range(1, _PARAMS_PER_EVENT + 1))})"
+    return (
+        f"INSERT INTO run_events (seq, booked, {_BATCH_COLUMNS}) VALUES {', '.join([row] * rows)}"
+    )
 
 
 def _insert_numbered(events: list[PendingEvent]) -> Statements[list[int]]:
-    """Insert ``events`` numbered on from each thread's counter; their seqs.
+    """Insert ``events`` numbered on from each thread's counter, and book them; their seqs.
 
     Run inside a write transaction, which keeps the counters read here current. Rows numbered
     here cost SQLite a third less than rows numbered in SQL (which needs temporary tables).
@@ -860,9 +894,10 @@ def _insert_numbered(events: list[PendingEvent]) -> Statements[list[int]]:
         return []
     threads = list(dict.fromkeys(event.thread_id for event in events))
     found = yield _LAST_SEQS_SQL, (encode_json(threads),)
-    last = dict.fromkeys(threads, 0)
+    before = dict.fromkeys(threads, 0)
     for index, last_seq in found:
-        last[threads[index]] = last_seq
+        before[threads[index]] = last_seq
+    last = dict(before)
     seqs = []
     for event in events:
         seq = last[event.thread_id] = last[event.thread_id] + 1
@@ -871,7 +906,37 @@ def _insert_numbered(events: list[PendingEvent]) -> Statements[list[int]]:
         chunk = slice(start, start + ROWS_PER_STATEMENT)
         rows = events[chunk]
         yield _insert_numbered_sql(len(rows)), _numbered_params(rows, seqs[chunk])
+    yield from _book(events, seqs, before, last)
     return seqs
+
+
+def _book(
+    events: list[PendingEvent], seqs: list[int], before: dict[str, int], after: dict[str, int]
+) -> Statements[None]:
+    """Do for booked rows what the insert trigger does for others, in a statement per thread
+    and key (and run) instead of several per row: move each thread's seq counter from
+    ``before`` to ``after``, count its messages, and move its ``run_threads`` rows on."""
+    messages: dict[tuple[str, str], int] = {}
+    # (user_key, thread_id) -> {run: its last row's (seq, created_at)}, runs in the order of
+    # their last rows: booking them in that order leaves the row on the batch's last row.
+    last_rows: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
+    for event, seq in zip(events, seqs, strict=True):
+        thread, run, user = event.thread_id, event.run_id, event.user_id
+        if event.category == "message":
+            key = (thread, "" if user is None else user)
+            messages[key] = messages.get(key, 0) + 1
+        for user_key in ("",) if user is None else ("", user):
+            runs = last_rows.setdefault((user_key, thread), {})
+            runs.pop(run, None)
+            runs[run] = (seq, event.created_at)
+    for thread, last_seq in after.items():
+        yield _BOOK_SEQ, (thread, last_seq)
+    for (thread, user_key), count in messages.items():
+        yield _BOOK_MESSAGES, (thread, user_key, count)
+    for (user_key, thread), runs in last_rows.items():
+        sql = _BOOK_USER_THREAD if user_key else _BOOK_THREAD
+        for run, (seq, created_at) in runs.items():
+            yield sql, (user_key, thread, seq, created_at, run, before[thread])
 
 
 def _numbered_params(events: Iterable[PendingEvent], seqs: Iterable[int]) -> list[Any]:

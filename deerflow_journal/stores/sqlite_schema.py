@@ -12,9 +12,23 @@ from deerflow_journal.stores.base import Schema
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION"]
 
 
-def _thread_added(user_key: str, same_user: str) -> str:
+_NEXT_SEQ = """
+            SELECT RAISE(ABORT, 'run_events.seq must be run_thread_seq.last_seq + 1')
+            WHERE NEW.seq IS NOT coalesce(
+                (SELECT last_seq FROM run_thread_seq WHERE thread_id = NEW.thread_id), 0) + 1;
+            INSERT INTO run_thread_seq (thread_id, last_seq) VALUES (NEW.thread_id, NEW.seq)
+            ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq;"""
+
+_COUNT_MESSAGE = """
+            INSERT INTO run_message_counts (thread_id, user_key, messages)
+            VALUES (NEW.thread_id, coalesce(NEW.user_id, ''), 1)
+            ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + 1;"""
+
+
+def _thread_added(user_key: str, same_user: str, only_if: str = "") -> str:
     """The body of a trigger that moves the ``user_key`` row of ``run_threads`` on to a new
-    row (``same_user`` narrows the probe for the run's earlier rows to that user's)."""
+    row (``same_user`` narrows the probe for the run's earlier rows to that user's;
+    ``only_if`` is a further condition of the insert)."""
     return f"""
             UPDATE run_threads SET last_seq = NEW.seq
             WHERE user_key = {user_key} AND thread_id = NEW.thread_id
@@ -22,7 +36,7 @@ def _thread_added(user_key: str, same_user: str) -> str:
             INSERT INTO run_threads
                 (user_key, thread_id, last_seq, last_event_at, run_count, last_run_id)
             SELECT {user_key}, NEW.thread_id, NEW.seq, NEW.created_at, 1, NEW.run_id
-            WHERE changes() = 0
+            WHERE changes() = 0{only_if}
             ON CONFLICT (user_key, thread_id) DO UPDATE SET
                 last_seq = excluded.last_seq,
                 last_event_at = excluded.last_event_at,
@@ -32,6 +46,11 @@ def _thread_added(user_key: str, same_user: str) -> str:
                     WHERE thread_id = NEW.thread_id AND run_id = NEW.run_id
                       {same_user}AND seq < NEW.seq));"""
 
+
+# The user's thread row in a trigger that also runs for rows without a user.
+_USER_THREAD_ADDED = _thread_added(
+    "NEW.user_id", "AND +user_id = NEW.user_id ", " AND NEW.user_id IS NOT NULL"
+)
 
 #: Schema migrations; a migration's index in this list is the schema version it creates.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -56,13 +75,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             last_seq INTEGER NOT NULL
         ) WITHOUT ROWID""",
         # Any insert, by this store or anyone else, must take the thread's next seq.
-        """CREATE TRIGGER run_events_next_seq BEFORE INSERT ON run_events
-        BEGIN
-            SELECT RAISE(ABORT, 'run_events.seq must be run_thread_seq.last_seq + 1')
-            WHERE NEW.seq IS NOT coalesce(
-                (SELECT last_seq FROM run_thread_seq WHERE thread_id = NEW.thread_id), 0) + 1;
-            INSERT INTO run_thread_seq (thread_id, last_seq) VALUES (NEW.thread_id, NEW.seq)
-            ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq;
+        f"""CREATE TRIGGER run_events_next_seq BEFORE INSERT ON run_events
+        BEGIN{_NEXT_SEQ}
         END""",
         # Rows are append-only in what seq and the message counts depend on.
         """CREATE TRIGGER run_events_fixed_keys
@@ -76,12 +90,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             messages INTEGER NOT NULL,
             PRIMARY KEY (thread_id, user_key)
         ) WITHOUT ROWID""",
-        """CREATE TRIGGER run_events_count_message AFTER INSERT ON run_events
+        f"""CREATE TRIGGER run_events_count_message AFTER INSERT ON run_events
         WHEN NEW.category = 'message'
-        BEGIN
-            INSERT INTO run_message_counts (thread_id, user_key, messages)
-            VALUES (NEW.thread_id, coalesce(NEW.user_id, ''), 1)
-            ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + 1;
+        BEGIN{_COUNT_MESSAGE}
         END""",
         """CREATE TRIGGER run_events_uncount_message AFTER DELETE ON run_events
         WHEN OLD.category = 'message'
@@ -264,6 +275,28 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                 WHERE thread_id = OLD.thread_id AND +user_id = OLD.user_id
                 ORDER BY seq DESC LIMIT 1)
             WHERE user_key = OLD.user_id AND thread_id = OLD.thread_id AND last_seq = OLD.seq;
+        END""",
+    ),
+    (
+        # A writer that keeps the counters itself, once per batch rather than once per row
+        # (sqlite._book), marks its rows booked; one trigger keeps them for every other row,
+        # such as another program's or an older writer's during an upgrade. A trigger costs
+        # each insert even when its WHEN clause skips it, a BEFORE trigger twice what an AFTER
+        # one does: so one AFTER trigger, which checks the seq after the UNIQUE constraint has
+        # refused a seq already taken.
+        "ALTER TABLE run_events ADD COLUMN booked INTEGER",
+        "DROP TRIGGER run_events_next_seq",
+        "DROP TRIGGER run_events_count_message",
+        "DROP TRIGGER run_events_thread_added",
+        "DROP TRIGGER run_events_thread_added_for_user",
+        f"""CREATE TRIGGER run_events_added AFTER INSERT ON run_events
+        WHEN NEW.booked IS NULL
+        BEGIN{_NEXT_SEQ}
+            INSERT INTO run_message_counts (thread_id, user_key, messages)
+            SELECT NEW.thread_id, coalesce(NEW.user_id, ''), 1 WHERE NEW.category = 'message'
+            ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + 1;{
+            _thread_added("''", "")
+        }{_USER_THREAD_ADDED}
         END""",
     ),
 )
