@@ -787,13 +787,15 @@ async def test_every_writer_keeps_the_thread_list_and_message_counts_exact(tmp_p
             assert_counters_exact(db)
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["own", "given"])
 @pytest.mark.parametrize("seed", range(4))
 async def test_booked_batches_keep_the_counters_exact_among_other_writers(
-    tmp_path: Path, seed: int
+    tmp_path: Path, seed: int, given: bool
 ):
-    # The store books its batches' counters per batch, the triggers book every other row: in
-    # any mix of threads, runs, users, categories and times, interleaved with other programs'
-    # rows and with deletes, both must leave what a recount from the rows gives.
+    # On its own connection the store books its batches' counters per batch (on a caller's it
+    # leaves them to the trigger), the trigger books every other row: in any mix of threads,
+    # runs, users, categories and times, interleaved with other programs' rows and with
+    # deletes, both must leave what a recount from the rows gives.
     rng = random.Random(seed)
     path = tmp_path / "j.db"
 
@@ -807,28 +809,30 @@ async def test_booked_batches_keep_the_counters_exact_among_other_writers(
             "created_at": at(rng.randrange(4)),
         }
 
-    async with SqliteRunEventStore(path) as store:
-        with sqlite3.connect(path, isolation_level=None) as db:
-            for _ in range(60):
-                step = rng.random()
-                if step < 0.5:
-                    await store.put_batch([event() for _ in range(rng.randint(1, 6))])
-                elif step < 0.65:
-                    await store.put(**event())
-                elif step < 0.85:
-                    e = event()
-                    insert_raw(db, e["thread_id"], e["run_id"], e["user_id"], e["created_at"])
-                elif step < 0.95:
-                    await store.delete_by_run(rng.choice("ab"), rng.choice(["r1", "r2", "r3"]))
-                else:
-                    db.execute(
-                        "DELETE FROM run_events WHERE thread_id = ? AND seq = "
-                        "(SELECT max(seq) FROM run_events WHERE thread_id = ?)",
-                        (rng.choice("ab"),) * 2,
-                    )
-                assert_counters_exact(db)
-            booked = db.execute("SELECT count(*) FROM run_events WHERE booked = 1").fetchone()
-            assert booked[0] > 0  # the per-batch path ran
+    async with contextlib.AsyncExitStack() as stack:
+        conn = await stack.enter_async_context(aiosqlite.connect(path)) if given else None
+        store = await stack.enter_async_context(SqliteRunEventStore(conn or path))
+        db = stack.enter_context(contextlib.closing(sqlite3.connect(path, isolation_level=None)))
+        for _ in range(60):
+            step = rng.random()
+            if step < 0.5:
+                await store.put_batch([event() for _ in range(rng.randint(1, 6))])
+            elif step < 0.65:
+                await store.put(**event())
+            elif step < 0.85:
+                e = event()
+                insert_raw(db, e["thread_id"], e["run_id"], e["user_id"], e["created_at"])
+            elif step < 0.95:
+                await store.delete_by_run(rng.choice("ab"), rng.choice(["r1", "r2", "r3"]))
+            else:
+                db.execute(
+                    "DELETE FROM run_events WHERE thread_id = ? AND seq = "
+                    "(SELECT max(seq) FROM run_events WHERE thread_id = ?)",
+                    (rng.choice("ab"),) * 2,
+                )
+            assert_counters_exact(db)
+        (booked,) = db.execute("SELECT count(*) FROM run_events WHERE booked = 1").fetchone()
+        assert bool(booked) is not given
 
 
 @pytest.mark.parametrize("before", range(3, len(MIGRATIONS) - 1))

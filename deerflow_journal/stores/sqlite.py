@@ -299,7 +299,10 @@ class SqliteRunEventStore(RunEventStore):
         # On the store's own connection a future, which the caller can shield without a task.
         if len(write.events) == 1 and not (write.summaries or write.batch_id or write.if_absent):
             return self._run(functools.partial(_append_one, write.events[0]))
-        return self._run(lambda: _write_transaction(_written(write)))
+        # On a caller's connection each statement is a round trip to aiosqlite's thread, which
+        # costs more than the trigger's work per row: its rows are left to the trigger.
+        book = self._given is None
+        return self._run(lambda: _write_transaction(_written(write, book)))
 
     async def _delete(self, thread_id: str, run_id: str | None, user_id: str | None) -> int:
         where, params = "thread_id = ?", [thread_id]
@@ -842,8 +845,8 @@ def _append_one(event: PendingEvent) -> Statements[Written]:
     return Written([seq])
 
 
-def _written(write: Write) -> Statements[Written]:
-    """Store ``write`` (in a write transaction)."""
+def _written(write: Write, book: bool) -> Statements[Written]:
+    """Store ``write`` (in a write transaction), its rows booked by ``_book`` if ``book``."""
     if write.batch_id is not None:
         recorded = yield _RECORD_BATCH, (write.batch_id,)
         if not recorded:
@@ -856,7 +859,7 @@ def _written(write: Write) -> Statements[Written]:
         found = yield _FIRST_OF_TYPE_SQL, key
         if found:
             return Written([], found=_records(found)[0])
-    seqs = yield from _insert_numbered(write.events)
+    seqs = yield from _insert_numbered(write.events, book)
     for summary in write.summaries:
         if not (yield _UPSERT_SUMMARY, _summary_params(summary)):
             raise other_users_summary_error(summary)
@@ -876,16 +879,19 @@ def _delete_rows(thread_id: str, where: str, params: list[Any]) -> Statements[in
 
 
 @functools.lru_cache(maxsize=256)
-def _insert_numbered_sql(rows: int) -> str:
-    """An INSERT of ``rows`` booked events whose seq is given (``_book`` keeps the counters)."""
-    row = f"(?, 1, {', '.join(_placeholder(i) for i in range(1, _PARAMS_PER_EVENT + 1))})"
+def _insert_numbered_sql(rows: int, booked: bool) -> str:
+    """An INSERT of ``rows`` events whose seq is given, ``booked`` (their counters kept by
+    ``_book``) or not (kept, and their seq checked, by the trigger)."""
+    mark = "1" if booked else "NULL"
+    row = f"(?, {mark}, {', '.join(_placeholder(i) for i in range(1, _PARAMS_PER_EVENT + 1))})"
     return (
         f"INSERT INTO run_events (seq, booked, {_BATCH_COLUMNS}) VALUES {', '.join([row] * rows)}"
     )
 
 
-def _insert_numbered(events: list[PendingEvent]) -> Statements[list[int]]:
-    """Insert ``events`` numbered on from each thread's counter, and book them; their seqs.
+def _insert_numbered(events: list[PendingEvent], book: bool) -> Statements[list[int]]:
+    """Insert ``events`` numbered on from each thread's counter, booked if ``book``; their
+    seqs.
 
     Run inside a write transaction, which keeps the counters read here current. Rows numbered
     here cost SQLite a third less than rows numbered in SQL (which needs temporary tables).
@@ -905,8 +911,9 @@ def _insert_numbered(events: list[PendingEvent]) -> Statements[list[int]]:
     for start in range(0, len(events), ROWS_PER_STATEMENT):
         chunk = slice(start, start + ROWS_PER_STATEMENT)
         rows = events[chunk]
-        yield _insert_numbered_sql(len(rows)), _numbered_params(rows, seqs[chunk])
-    yield from _book(events, seqs, before, last)
+        yield _insert_numbered_sql(len(rows), book), _numbered_params(rows, seqs[chunk])
+    if book:
+        yield from _book(events, seqs, before, last)
     return seqs
 
 
