@@ -7,16 +7,19 @@ of reading the same counter; it then inserts its rows numbered on from that coun
 counter moves with every row, and a trigger refuses another writer's row whose seq does not
 follow it, so seq stays unique, gap-free and never reused (deletes leave the counter alone),
 whoever writes. Per-thread, per-user message counts and the thread list are kept the same way,
-so ``count_messages`` and ``list_threads`` do not grow with the thread. The store marks its own
-rows ``booked`` and keeps those counters once per batch (``_book``), which costs a fraction of
-the trigger's work per row; the trigger keeps them for every row not marked so.
+so ``count_messages`` and ``list_threads`` do not grow with the thread. On its own connection
+the store marks a batch's rows ``booked`` and keeps those counters once per batch
+(``_bookings``), a fraction of the trigger's work per row; the trigger keeps them for every row
+not marked so. Only the store may mark a row: a program that copies rows in must leave
+``booked`` NULL (name the columns it copies), or the counters miss them.
 
 Each operation (a write of events and run summaries, a delete, a migration) is one generator
 of statements, all or nothing. The store's own connection is a plain ``sqlite3`` connection on
 a thread of its own, where an operation is one call (one round trip)
 that runs to its end even if its caller is cancelled; nothing there ever calls back into an
-event loop that has closed. A caller's ``aiosqlite`` connection gets the same statements one by
-one through aiosqlite's public calls, in a task that runs to its end, one operation at a time.
+event loop that has closed. A caller's ``aiosqlite`` connection gets the statements one by one
+through aiosqlite's public calls, in a task that runs to its end, one operation at a time;
+there each statement is a round trip, so its rows are left to the trigger rather than booked.
 
 The store's own connection follows its path. Before a write it checks that the file there is
 still the one it opened: a file deleted or replaced meanwhile would take the writes where
@@ -130,7 +133,8 @@ _UPSERT_SUMMARY = (
     "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
     "WHERE run_summaries.user_id IS excluded.user_id RETURNING id"
 )
-# The counters of booked rows, kept by _book (the insert triggers skip those rows).
+# The counters of booked rows, kept by _bookings' statements (the insert trigger skips
+# those rows).
 _BOOK_SEQ = (
     "INSERT INTO run_thread_seq (thread_id, last_seq) VALUES (?, ?) "
     "ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq"
@@ -846,7 +850,8 @@ def _append_one(event: PendingEvent) -> Statements[Written]:
 
 
 def _written(write: Write, book: bool) -> Statements[Written]:
-    """Store ``write`` (in a write transaction), its rows booked by ``_book`` if ``book``."""
+    """Store ``write`` (in a write transaction), its rows booked if ``book`` (see
+    ``_insert_numbered``)."""
     if write.batch_id is not None:
         recorded = yield _RECORD_BATCH, (write.batch_id,)
         if not recorded:
@@ -881,7 +886,7 @@ def _delete_rows(thread_id: str, where: str, params: list[Any]) -> Statements[in
 @functools.lru_cache(maxsize=256)
 def _insert_numbered_sql(rows: int, booked: bool) -> str:
     """An INSERT of ``rows`` events whose seq is given, ``booked`` (their counters kept by
-    ``_book``) or not (kept, and their seq checked, by the trigger)."""
+    ``_bookings``) or not (kept, and their seq checked, by the trigger)."""
     mark = "1" if booked else "NULL"
     row = f"(?, {mark}, {', '.join(_placeholder(i) for i in range(1, _PARAMS_PER_EVENT + 1))})"
     return (
@@ -890,8 +895,8 @@ def _insert_numbered_sql(rows: int, booked: bool) -> str:
 
 
 def _insert_numbered(events: list[PendingEvent], book: bool) -> Statements[list[int]]:
-    """Insert ``events`` numbered on from each thread's counter, booked if ``book``; their
-    seqs.
+    """Insert ``events`` numbered on from each thread's counter; their seqs. If ``book``, and
+    ``_bookings`` needs few enough statements, they are booked rows kept by those statements.
 
     Run inside a write transaction, which keeps the counters read here current. Rows numbered
     here cost SQLite a third less than rows numbered in SQL (which needs temporary tables).
@@ -908,21 +913,30 @@ def _insert_numbered(events: list[PendingEvent], book: bool) -> Statements[list[
     for event in events:
         seq = last[event.thread_id] = last[event.thread_id] + 1
         seqs.append(seq)
+    bookings = _bookings(events, seqs, before, last) if book else None
+    booked = bookings is not None
     for start in range(0, len(events), ROWS_PER_STATEMENT):
         chunk = slice(start, start + ROWS_PER_STATEMENT)
         rows = events[chunk]
-        yield _insert_numbered_sql(len(rows), book), _numbered_params(rows, seqs[chunk])
-    if book:
-        yield from _book(events, seqs, before, last)
+        yield _insert_numbered_sql(len(rows), booked), _numbered_params(rows, seqs[chunk])
+    if bookings is not None:
+        # Not yield from: the runner sends each statement's rows, which a list cannot take.
+        for booking in bookings:  # noqa: UP028
+            yield booking
     return seqs
 
 
-def _book(
+def _bookings(
     events: list[PendingEvent], seqs: list[int], before: dict[str, int], after: dict[str, int]
-) -> Statements[None]:
-    """Do for booked rows what the insert trigger does for others, in a statement per thread
-    and key (and run) instead of several per row: move each thread's seq counter from
-    ``before`` to ``after``, count its messages, and move its ``run_threads`` rows on."""
+) -> list[tuple[str, tuple[Any, ...]]] | None:
+    """The statements that do for booked rows what the insert trigger does for others, one per
+    thread and key (and run) instead of several per row: move each thread's seq counter from
+    ``before`` to ``after``, count its messages, and move its ``run_threads`` rows on.
+
+    None if that takes more than a statement per two rows (a batch of many threads, users or
+    runs): each costs about what the trigger does for two rows, so those rows are its."""
+    limit = len(events) // 2
+    count = len(after)
     messages: dict[tuple[str, str], int] = {}
     # (user_key, thread_id) -> {run: its last row's (seq, created_at)}, runs in the order of
     # their last rows: booking them in that order leaves the row on the batch's last row.
@@ -931,19 +945,31 @@ def _book(
         thread, run, user = event.thread_id, event.run_id, event.user_id
         if event.category == "message":
             key = (thread, "" if user is None else user)
-            messages[key] = messages.get(key, 0) + 1
+            found = messages.get(key)
+            if found is None:
+                count += 1
+            messages[key] = 1 if found is None else found + 1
         for user_key in ("",) if user is None else ("", user):
             runs = last_rows.setdefault((user_key, thread), {})
-            runs.pop(run, None)
+            if runs.pop(run, None) is None:
+                count += 1
             runs[run] = (seq, event.created_at)
-    for thread, last_seq in after.items():
-        yield _BOOK_SEQ, (thread, last_seq)
-    for (thread, user_key), count in messages.items():
-        yield _BOOK_MESSAGES, (thread, user_key, count)
+        if count > limit:
+            return None
+    bookings: list[tuple[str, tuple[Any, ...]]] = [
+        (_BOOK_SEQ, (thread, last_seq)) for thread, last_seq in after.items()
+    ]
+    bookings += [
+        (_BOOK_MESSAGES, (thread, user_key, count))
+        for (thread, user_key), count in messages.items()
+    ]
     for (user_key, thread), runs in last_rows.items():
         sql = _BOOK_USER_THREAD if user_key else _BOOK_THREAD
-        for run, (seq, created_at) in runs.items():
-            yield sql, (user_key, thread, seq, created_at, run, before[thread])
+        bookings += [
+            (sql, (user_key, thread, seq, created_at, run, before[thread]))
+            for run, (seq, created_at) in runs.items()
+        ]
+    return bookings
 
 
 def _numbered_params(events: Iterable[PendingEvent], seqs: Iterable[int]) -> list[Any]:

@@ -278,19 +278,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         END""",
     ),
     (
-        # A writer that keeps the counters itself, once per batch rather than once per row
-        # (sqlite._book), marks its rows booked; one trigger keeps them for every other row,
-        # such as another program's or an older writer's during an upgrade. A trigger costs
-        # each insert even when its WHEN clause skips it, a BEFORE trigger twice what an AFTER
-        # one does: so one AFTER trigger, which checks the seq after the UNIQUE constraint has
-        # refused a seq already taken.
+        # The store keeps the counters of its own batches once per batch rather than once per
+        # row (sqlite._bookings) and marks their rows booked (1); one trigger keeps them for
+        # every other row, such as another program's or an older writer's during an upgrade.
+        # Only the store may mark a row. A trigger costs each insert even when its WHEN clause
+        # skips it, a BEFORE trigger twice what an AFTER one does: so one AFTER trigger, which
+        # checks the seq after the UNIQUE constraint has refused a seq already taken.
         "ALTER TABLE run_events ADD COLUMN booked INTEGER",
         "DROP TRIGGER run_events_next_seq",
         "DROP TRIGGER run_events_count_message",
         "DROP TRIGGER run_events_thread_added",
         "DROP TRIGGER run_events_thread_added_for_user",
         f"""CREATE TRIGGER run_events_added AFTER INSERT ON run_events
-        WHEN NEW.booked IS NULL
+        WHEN NEW.booked IS NOT 1
         BEGIN{_NEXT_SEQ}
             INSERT INTO run_message_counts (thread_id, user_key, messages)
             SELECT NEW.thread_id, coalesce(NEW.user_id, ''), 1 WHERE NEW.category = 'message'
