@@ -960,8 +960,8 @@ def _bookings(
         (_BOOK_SEQ, (thread, last_seq)) for thread, last_seq in after.items()
     ]
     bookings += [
-        (_BOOK_MESSAGES, (thread, user_key, count))
-        for (thread, user_key), count in messages.items()
+        (_BOOK_MESSAGES, (thread, user_key, messages_in_batch))
+        for (thread, user_key), messages_in_batch in messages.items()
     ]
     for (user_key, thread), runs in last_rows.items():
         sql = _BOOK_USER_THREAD if user_key else _BOOK_THREAD

@@ -19,11 +19,6 @@ _NEXT_SEQ = """
             INSERT INTO run_thread_seq (thread_id, last_seq) VALUES (NEW.thread_id, NEW.seq)
             ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq;"""
 
-_COUNT_MESSAGE = """
-            INSERT INTO run_message_counts (thread_id, user_key, messages)
-            VALUES (NEW.thread_id, coalesce(NEW.user_id, ''), 1)
-            ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + 1;"""
-
 
 def _thread_added(user_key: str, same_user: str, only_if: str = "") -> str:
     """The body of a trigger that moves the ``user_key`` row of ``run_threads`` on to a new
@@ -90,9 +85,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             messages INTEGER NOT NULL,
             PRIMARY KEY (thread_id, user_key)
         ) WITHOUT ROWID""",
-        f"""CREATE TRIGGER run_events_count_message AFTER INSERT ON run_events
+        """CREATE TRIGGER run_events_count_message AFTER INSERT ON run_events
         WHEN NEW.category = 'message'
-        BEGIN{_COUNT_MESSAGE}
+        BEGIN
+            INSERT INTO run_message_counts (thread_id, user_key, messages)
+            VALUES (NEW.thread_id, coalesce(NEW.user_id, ''), 1)
+            ON CONFLICT (thread_id, user_key) DO UPDATE SET messages = messages + 1;
         END""",
         """CREATE TRIGGER run_events_uncount_message AFTER DELETE ON run_events
         WHEN OLD.category = 'message'
