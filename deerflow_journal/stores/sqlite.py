@@ -914,11 +914,11 @@ def _insert_numbered(events: list[PendingEvent], book: bool) -> Statements[list[
         seq = last[event.thread_id] = last[event.thread_id] + 1
         seqs.append(seq)
     bookings = _bookings(events, seqs, before, last) if book else None
-    booked = bookings is not None
     for start in range(0, len(events), ROWS_PER_STATEMENT):
         chunk = slice(start, start + ROWS_PER_STATEMENT)
         rows = events[chunk]
-        yield _insert_numbered_sql(len(rows), booked), _numbered_params(rows, seqs[chunk])
+        sql = _insert_numbered_sql(len(rows), bookings is not None)
+        yield sql, _numbered_params(rows, seqs[chunk])
     if bookings is not None:
         # Not yield from: the runner sends each statement's rows, which a list cannot take.
         for booking in bookings:  # noqa: UP028
