@@ -480,6 +480,41 @@ async def test_indexed_columns_hold_null_when_absent_and_their_exact_text_otherw
     assert [row[2] for row in journaled] == [row[3] for row in journaled] == ["lead_agent", None]
 
 
+# -- journal batches ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["path", "given connection"])
+async def test_batch_ids_and_summaries_of_others_are_told_by_the_rows_a_write_changed(
+    tmp_path: Path, given: bool, monkeypatch: pytest.MonkeyPatch
+):
+    """The batch record and the summary upsert return no rows: the store reads what each
+    changed (and the batch's number) from the connection, on its own and on a caller's."""
+    monkeypatch.setattr(sqlite_module, "BATCH_IDS_KEPT", 2)
+    monkeypatch.setattr(sqlite_module, "BATCH_IDS_PRUNED_EVERY", 3)
+    path = tmp_path / "j.db"
+
+    def summary(run_id: str, user_id: str | None) -> dict[str, Any]:
+        return RunSummary(thread_id=T, run_id=run_id, user_id=user_id).to_json_dict()
+
+    async with contextlib.AsyncExitStack() as stack:
+        conn = await stack.enter_async_context(aiosqlite.connect(path)) if given else None
+        store = await stack.enter_async_context(SqliteRunEventStore(conn or path))
+        for n in range(1, 7):  # numbered 1-6: the 3rd and the 6th forget n <= 1 and n <= 4
+            assert await store._put_journal_batch([ev()], [summary("r1", None)], batch_id=f"b{n}")
+        assert not await store._put_journal_batch([ev()], [], batch_id="b6")  # taken
+        assert not await store._put_journal_batch([ev()], [], batch_id="b5")
+        with pytest.raises(PermissionError):  # another user's summary: nothing is written
+            await store._put_journal_batch([ev()], [summary("r1", "mallory")], batch_id="b7")
+        assert await store._put_journal_batch([ev()], [summary("r2", "alice")], batch_id="b7")
+        assert await store.count_messages(T) == 7
+    with sqlite3.connect(path) as db:
+        kept = db.execute("SELECT n, batch_id FROM run_journal_batches ORDER BY n").fetchall()
+        users = db.execute("SELECT run_id, user_id FROM run_summaries ORDER BY run_id").fetchall()
+    # The refused batch took number 7 and gave it back: b7 is the 7th, not the 8th.
+    assert kept == [(5, "b5"), (6, "b6"), (7, "b7")]
+    assert users == [("r1", None), ("r2", "alice")]
+
+
 # -- large batches -----------------------------------------------------------------------------
 
 

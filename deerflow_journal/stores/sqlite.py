@@ -126,12 +126,22 @@ _APPEND_ONE_SQL = (
     "coalesce((SELECT last_seq FROM run_thread_seq WHERE thread_id = ?1), 0) + 1, "
     f"{', '.join(_placeholder(i, f'?{i}') for i in range(1, _PARAMS_PER_EVENT + 1))}) RETURNING seq"
 )
-# Another user's summary is left alone: the statement then changes (and returns) no row.
-_UPSERT_SUMMARY = (
+
+
+class _Counted(str):
+    """SQL whose runners answer with one row, (rows it changed, rowid of its last insert),
+    instead of its rows: ``RETURNING`` costs SQLite about 30k instructions a statement (it
+    runs as a trigger), where the sqlite3 module reports both for free."""
+
+    __slots__ = ()
+
+
+# Another user's summary is left alone: the statement then changes no row.
+_UPSERT_SUMMARY = _Counted(
     "INSERT INTO run_summaries (thread_id, run_id, user_id, summary) "
     "VALUES (?, ?, nullif(?, 0), ?) "
     "ON CONFLICT (thread_id, run_id) DO UPDATE SET summary = excluded.summary "
-    "WHERE run_summaries.user_id IS excluded.user_id RETURNING id"
+    "WHERE run_summaries.user_id IS excluded.user_id"
 )
 # The counters of booked rows, kept by _bookings' statements (the insert trigger skips
 # those rows).
@@ -164,9 +174,10 @@ def _book_thread_sql(same_user: str) -> str:
 _BOOK_THREAD = _book_thread_sql("")
 # Unary + keeps the probe on the run index, not the per-user one.
 _BOOK_USER_THREAD = _book_thread_sql("AND +user_id = ?1 ")
-# A batch id recorded already returns no row.
-_RECORD_BATCH = "INSERT OR IGNORE INTO run_journal_batches (batch_id) VALUES (?) RETURNING n"
+# A batch id recorded already changes no row; a new one's n is the rowid.
+_RECORD_BATCH = _Counted("INSERT OR IGNORE INTO run_journal_batches (batch_id) VALUES (?)")
 _FORGET_OLD_BATCHES = "DELETE FROM run_journal_batches WHERE n <= ?"
+_LAST_SEQ_SQL = "SELECT last_seq FROM run_thread_seq WHERE thread_id = ?"
 # Each listed thread's counter, keyed by its index in the JSON list.
 _LAST_SEQS_SQL = (
     "SELECT threads.key, s.last_seq FROM json_each(?) AS threads "
@@ -717,7 +728,11 @@ def _run_here(conn: sqlite3.Connection, statements: Statements[T]) -> T:
     try:
         statement = next(statements)
         while True:
-            statement = statements.send(conn.execute(*statement).fetchall())
+            cursor = conn.execute(*statement)
+            if type(statement[0]) is _Counted:
+                statement = statements.send([(cursor.rowcount, cursor.lastrowid)])
+            else:
+                statement = statements.send(cursor.fetchall())
     except StopIteration as done:
         return done.value
     except BaseException:
@@ -756,6 +771,9 @@ async def _run_given_now(db: aiosqlite.Connection, statements: Statements[T], wr
 async def _plain_rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
     """Run one statement on a caller's connection; its rows as plain tuples whatever the
     connection's row factory, their text as ``str`` even if its text factory gives bytes."""
+    if type(sql) is _Counted:
+        async with db.execute(sql, params) as cursor:
+            return [(cursor.rowcount, cursor.lastrowid)]
     if db.row_factory is None:
         rows = list(await db.execute_fetchall(sql, params))
     else:
@@ -853,11 +871,11 @@ def _written(write: Write, book: bool) -> Statements[Written]:
     """Store ``write`` (in a write transaction), its rows booked if ``book`` (see
     ``_insert_numbered``)."""
     if write.batch_id is not None:
-        recorded = yield _RECORD_BATCH, (write.batch_id,)
+        ((recorded, n),) = yield _RECORD_BATCH, (write.batch_id,)
         if not recorded:
             return Written([], repeated=True)
-        if recorded[0][0] % BATCH_IDS_PRUNED_EVERY == 0:
-            yield _FORGET_OLD_BATCHES, (recorded[0][0] - BATCH_IDS_KEPT,)
+        if n % BATCH_IDS_PRUNED_EVERY == 0:
+            yield _FORGET_OLD_BATCHES, (n - BATCH_IDS_KEPT,)
     if write.if_absent:
         (event,) = write.events
         key = (event.thread_id, event.run_id, event.event_type, event.user_id)
@@ -866,7 +884,8 @@ def _written(write: Write, book: bool) -> Statements[Written]:
             return Written([], found=_records(found)[0])
     seqs = yield from _insert_numbered(write.events, book)
     for summary in write.summaries:
-        if not (yield _UPSERT_SUMMARY, _summary_params(summary)):
+        ((changed, _),) = yield _UPSERT_SUMMARY, _summary_params(summary)
+        if not changed:
             raise other_users_summary_error(summary)
     return Written(seqs)
 
@@ -904,10 +923,15 @@ def _insert_numbered(events: list[PendingEvent], book: bool) -> Statements[list[
     if not events:
         return []
     threads = list(dict.fromkeys(event.thread_id for event in events))
-    found = yield _LAST_SEQS_SQL, (encode_json(threads),)
     before = dict.fromkeys(threads, 0)
-    for index, last_seq in found:
-        before[threads[index]] = last_seq
+    if len(threads) == 1:  # most batches: no JSON list to build and walk
+        found = yield _LAST_SEQ_SQL, (threads[0],)
+        if found:
+            before[threads[0]] = found[0][0]
+    else:
+        found = yield _LAST_SEQS_SQL, (encode_json(threads),)
+        for index, last_seq in found:
+            before[threads[index]] = last_seq
     last = dict(before)
     seqs = []
     for event in events:
