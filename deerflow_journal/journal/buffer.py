@@ -145,6 +145,17 @@ def _fitted(event: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+#: How many run ids a message names: a journal reused for many runs would fill a screen.
+_RUNS_NAMED = 5
+
+
+def _some_runs(runs: list[str]) -> str:
+    """The first ``_RUNS_NAMED`` of ``runs``, and how many more there are."""
+    named = ", ".join(runs[:_RUNS_NAMED]) or "-"
+    more = len(runs) - _RUNS_NAMED
+    return f"{named} and {more} more" if more > 0 else named
+
+
 async def _outcome(task: asyncio.Future[None]) -> None:
     await asyncio.wait([task])
     task.result()
@@ -695,7 +706,7 @@ class EventBuffer:
                 "its event loop closed (%r): call `await journal.flush()` before the "
                 "program's asyncio.run() returns",
                 count,
-                ", ".join(runs) or "-",
+                _some_runs(runs),
                 spilled,
                 summaries,
                 exc,

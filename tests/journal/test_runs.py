@@ -888,6 +888,23 @@ def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
     assert "await journal.flush()" in record.getMessage()
 
 
+def test_a_journal_of_many_runs_names_a_few_of_those_it_could_not_write(caplog):
+    journal = RunJournal(event_store=DownStore())
+    run_ids = []
+
+    async def main() -> None:
+        for _ in range(8):
+            await agent_graph(scripted(ai("3"))).ainvoke(QUESTION, {"callbacks": [journal]})
+            run_ids.append(journal.run_id)
+
+    with caplog.at_level("ERROR", logger="deerflow_journal"):
+        asyncio.run(main())
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    named = sorted(run_ids)[:5]
+    assert f"32 events of runs {', '.join(named)} and 3 more" in record.getMessage()
+    assert not any(run_id in record.getMessage() for run_id in sorted(run_ids)[5:])
+
+
 async def test_a_fixed_run_id_without_thread_keeps_recordings_for_its_run_or_flush(store):
     journal = RunJournal(run_id="job-1", event_store=store)
     journal.record_middleware("uploads", name="u", hook="before", action="add", changes={})
