@@ -891,6 +891,11 @@ async def test_booked_batches_keep_the_counters_exact_among_other_writers(
             "created_at": at(rng.randrange(4)),
         }
 
+    def stretch(size: int) -> list[dict[str, Any]]:
+        """``size`` events of one thread, run and user (their categories and times vary)."""
+        first = event()
+        return [{**event(), **{k: first[k] for k in SHARED}} for _ in range(size)]
+
     async with contextlib.AsyncExitStack() as stack:
         conn = await stack.enter_async_context(aiosqlite.connect(path)) if given else None
         store = await stack.enter_async_context(SqliteRunEventStore(conn or path))
@@ -898,9 +903,15 @@ async def test_booked_batches_keep_the_counters_exact_among_other_writers(
         for _ in range(60):
             step = rng.random()
             if step < 0.5:
-                batch = [event() for _ in range(rng.randint(1, 12))]
-                if rng.random() < 0.5:  # as a journal writes: one thread, run and user
-                    batch = [{**e, **{k: batch[0][k] for k in SHARED}} for e in batch]
+                kind = rng.random()
+                if kind < 0.3:  # rows of many keys: mostly left to the trigger
+                    batch = [event() for _ in range(rng.randint(1, 12))]
+                elif kind < 0.6:  # as a journal writes: one thread, run and user
+                    batch = stretch(rng.randint(1, 12))
+                else:  # stretches of one thread, run and user each, booked once per stretch
+                    batch = [
+                        e for _ in range(rng.randint(2, 4)) for e in stretch(rng.randint(4, 8))
+                    ]
                 await store.put_batch(batch)
             elif step < 0.65:
                 await store.put(**event())

@@ -961,18 +961,34 @@ def _bookings(
     runs): each costs about what the trigger does for two rows, so those rows are its."""
     limit = len(events) // 2
     count = len(after)
+    if count > limit:
+        return None
     messages: dict[tuple[str, str], int] = {}
     # (user_key, thread_id) -> {run: its last row's (seq, created_at)}, runs in the order of
     # their last rows: booking them in that order leaves the row on the batch's last row.
     last_rows: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
-    for event, seq in zip(events, seqs, strict=True):
-        thread, run, user = event.thread_id, event.run_id, event.user_id
+    # Rows come in stretches of one thread, run and user (a whole batch, mostly): each stretch
+    # is counted once, at its last row, with its messages (in_stretch).
+    in_stretch = 0
+    for event, seq, following in zip(events, seqs, [*events[1:], None], strict=True):
         if event.category == "message":
+            in_stretch += 1
+        run = event.run_id
+        if (
+            following is not None
+            and following.run_id == run
+            and following.thread_id == event.thread_id
+            and following.user_id == event.user_id
+        ):
+            continue
+        thread, user = event.thread_id, event.user_id
+        if in_stretch:
             key = (thread, "" if user is None else user)
             found = messages.get(key)
             if found is None:
                 count += 1
-            messages[key] = 1 if found is None else found + 1
+            messages[key] = in_stretch if found is None else found + in_stretch
+            in_stretch = 0
         for user_key in ("",) if user is None else ("", user):
             runs = last_rows.setdefault((user_key, thread), {})
             if runs.pop(run, None) is None:
