@@ -483,12 +483,13 @@ async def test_indexed_columns_hold_null_when_absent_and_their_exact_text_otherw
 # -- journal batches ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("given", [False, True], ids=["path", "given connection"])
+@pytest.mark.parametrize("connection", ["path", "given", "given counting changes"])
 async def test_batch_ids_and_summaries_of_others_are_told_by_the_rows_a_write_changed(
-    tmp_path: Path, given: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, connection: str, monkeypatch: pytest.MonkeyPatch
 ):
-    """The batch record and the summary upsert return no rows: the store reads what each
-    changed (and the batch's number) from the connection, on its own and on a caller's."""
+    """The store tells a batch id taken already, and another user's summary, by the rows its
+    statement changed (and a batch's number by its rowid), on its own connection and on a
+    caller's, even one whose (deprecated) count_changes pragma makes inserts return rows."""
     monkeypatch.setattr(sqlite_module, "BATCH_IDS_KEPT", 2)
     monkeypatch.setattr(sqlite_module, "BATCH_IDS_PRUNED_EVERY", 3)
     path = tmp_path / "j.db"
@@ -497,7 +498,11 @@ async def test_batch_ids_and_summaries_of_others_are_told_by_the_rows_a_write_ch
         return RunSummary(thread_id=T, run_id=run_id, user_id=user_id).to_json_dict()
 
     async with contextlib.AsyncExitStack() as stack:
-        conn = await stack.enter_async_context(aiosqlite.connect(path)) if given else None
+        conn = None
+        if connection != "path":
+            conn = await stack.enter_async_context(aiosqlite.connect(path))
+            if connection == "given counting changes":
+                await conn.execute("PRAGMA count_changes = ON")
         store = await stack.enter_async_context(SqliteRunEventStore(conn or path))
         for n in range(1, 7):  # numbered 1-6: the 3rd and the 6th forget n <= 1 and n <= 4
             assert await store._put_journal_batch([ev()], [summary("r1", None)], batch_id=f"b{n}")

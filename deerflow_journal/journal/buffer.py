@@ -153,7 +153,9 @@ def _some_runs(runs: list[str]) -> str:
     """The first ``_RUNS_NAMED`` of ``runs``, and how many more there are."""
     named = ", ".join(runs[:_RUNS_NAMED]) or "-"
     more = len(runs) - _RUNS_NAMED
-    return f"{named} and {more} more" if more > 0 else named
+    if more <= 0:
+        return named
+    return f"{named} and {more} more run{'s' if more > 1 else ''}"
 
 
 async def _outcome(task: asyncio.Future[None]) -> None:

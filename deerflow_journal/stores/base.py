@@ -144,8 +144,9 @@ async def _shielded(write: Awaitable[T]) -> T:
 
 #: A SQL statement and its parameters, for a backend to run.
 Statement = tuple[str, Sequence[Any]]
-#: SQL statements a backend runs one after another, sending each the rows it returned; what
-#: the generator returns is their result.
+#: SQL statements a backend runs one after another, sending each the rows it returned (a
+#: backend may answer SQL of its own kind otherwise); what the generator returns is their
+#: result.
 Statements = Generator[Statement, list[Any], T]
 
 

@@ -129,9 +129,14 @@ _APPEND_ONE_SQL = (
 
 
 class _Counted(str):
-    """SQL whose runners answer with one row, (rows it changed, rowid of its last insert),
-    instead of its rows: ``RETURNING`` costs SQLite about 30k instructions a statement (it
-    runs as a trigger), where the sqlite3 module reports both for free."""
+    """SQL answered with one row, (rows it changed, rowid of its insert), instead of its rows.
+
+    The store's own connection reads both from the sqlite3 cursor: ``RETURNING`` costs SQLite
+    about 30k instructions a statement (it runs as a trigger). The rowid is the connection's
+    last insert, meaningful only when a row changed. A caller's connection adds ``RETURNING``
+    instead: reading the cursor there would cost a second round trip to aiosqlite's thread,
+    and ``PRAGMA count_changes`` would hide the count.
+    """
 
     __slots__ = ()
 
@@ -724,7 +729,8 @@ def _answer(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 def _run_here(conn: sqlite3.Connection, statements: Statements[T]) -> T:
-    """Run ``statements`` on ``conn`` (the worker thread); roll back what a failure began."""
+    """Run ``statements`` on ``conn`` (the worker thread), sending each its rows (a
+    ``_Counted`` statement: its one row of counts); roll back what a failure began."""
     try:
         statement = next(statements)
         while True:
@@ -770,10 +776,10 @@ async def _run_given_now(db: aiosqlite.Connection, statements: Statements[T], wr
 
 async def _plain_rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
     """Run one statement on a caller's connection; its rows as plain tuples whatever the
-    connection's row factory, their text as ``str`` even if its text factory gives bytes."""
-    if type(sql) is _Counted:
-        async with db.execute(sql, params) as cursor:
-            return [(cursor.rowcount, cursor.lastrowid)]
+    connection's row factory, their text as ``str`` even if its text factory gives bytes (a
+    ``_Counted`` statement: its one row of counts)."""
+    if type(sql) is _Counted:  # see _Counted
+        return await _plain_rows(db, f"{sql} RETURNING 1, rowid", params) or [(0, None)]
     if db.row_factory is None:
         rows = list(await db.execute_fetchall(sql, params))
     else:
@@ -959,6 +965,8 @@ def _bookings(
 
     None if that takes more than a statement per two rows (a batch of many threads, users or
     runs): each costs about what the trigger does for two rows, so those rows are its."""
+    if not events:
+        return []
     limit = len(events) // 2
     count = len(after)
     if count > limit:

@@ -43,6 +43,7 @@ from deerflow_journal import (
     open_store,
     timeline_rows,
 )
+from deerflow_journal.journal.buffer import _some_runs
 from tests.backends import Backend
 from tests.journal.agents import (
     QUESTION,
@@ -888,6 +889,13 @@ def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
     assert "await journal.flush()" in record.getMessage()
 
 
+def test_up_to_five_runs_are_named_whole():
+    runs = [f"r{i}" for i in range(6)]
+    assert _some_runs(runs[:5]) == "r0, r1, r2, r3, r4"
+    assert _some_runs(runs) == "r0, r1, r2, r3, r4 and 1 more run"
+    assert _some_runs([]) == "-"
+
+
 def test_a_journal_of_many_runs_names_a_few_of_those_it_could_not_write(caplog):
     journal = RunJournal(event_store=DownStore())
     run_ids = []
@@ -901,7 +909,7 @@ def test_a_journal_of_many_runs_names_a_few_of_those_it_could_not_write(caplog):
         asyncio.run(main())
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     named = sorted(run_ids)[:5]
-    assert f"32 events of runs {', '.join(named)} and 3 more" in record.getMessage()
+    assert f"32 events of runs {', '.join(named)} and 3 more runs" in record.getMessage()
     assert not any(run_id in record.getMessage() for run_id in sorted(run_ids)[5:])
 
 
