@@ -17,8 +17,10 @@ Prints one line per figure:
 - instructions: the same variants counted by valgrind's callgrind (every thread), as ratios
   to no callbacks, and the callbacks of the journal's and the floor handler's simulated runs:
   unlike the times, these repeat on a shared, noisy machine (``--instructions 0`` skips them;
-  without valgrind they are reported as not measured). Starting and stopping the count costs
-  about 0.5 M instructions, spread over the ``--runs`` runs: use a few hundred.
+  without valgrind they are reported as not measured). The callbacks are counted run by run,
+  the writes between runs left out as the timed cost leaves them, so the figure does not
+  depend on ``--runs``; starting and stopping the count of the variants costs about 0.5 M
+  instructions, spread over their invocations.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import itertools
 import statistics
@@ -158,24 +161,37 @@ async def floor_callback_cost(runs: int) -> float:
     return inside / (runs * CALLBACKS_PER_RUN) * 1e6
 
 
+def _counted_drive(
+    handler: BaseCallbackHandler, turns: list[tuple[LLMResult, ToolMessage]], ids: Ids
+) -> None:
+    """``drive`` inside ``functools.reduce``, the one function ``callback_instructions``'
+    callgrind counts in (``--toggle-collect``): what runs between runs is left out."""
+    functools.reduce(lambda _, __: drive(handler, turns, ids), (0, 0))
+
+
 async def count_callbacks(runs: int, handler: str) -> None:
     """In a callgrind child: count the instructions of ``runs`` simulated runs' callbacks, of
-    the journal or (``handler="floor"``) of a floor handler per run."""
+    the journal or (``handler="floor"``) of a floor handler per run, as the timed callback
+    cost drives them: each run's writes go between runs, uncounted."""
     ids = [run_ids() for _ in range(runs)]
     if handler == "floor":
         table, turns = FloorTable(None), simulated_turns()
         for _ in range(WARM_UP_RUNS):
-            drive(FloorHandler(table.write), turns, run_ids())
-        handlers = [FloorHandler(table.write) for _ in ids]
-        with counted():  # callbacks only: each handler's write is a task awaited after
-            for floor, run in zip(handlers, ids, strict=True):
-                drive(floor, turns, run)
-        await asyncio.gather(*(floor.written for floor in handlers))  # type: ignore[misc]
+            floor = FloorHandler(table.write)
+            drive(floor, turns, run_ids())
+            await floor.written  # type: ignore[misc]
+        with counted():
+            for run in ids:
+                floor = FloorHandler(table.write)
+                _counted_drive(floor, turns, run)
+                await floor.written  # type: ignore[misc]
+                table.rows.clear()
         return
     journal, turns = await warmed_journal()
-    with counted():  # callbacks only: the writes start once the loop runs, after the block
+    with counted():
         for run in ids:
-            drive(journal, turns, run)
+            _counted_drive(journal, turns, run)
+            await asyncio.sleep(0)  # let the background write of this run go
     await journal.flush()
 
 
@@ -183,7 +199,8 @@ def callback_instructions(runs: int) -> dict[str, float] | None:
     """Instructions per callback of ``runs`` simulated runs of the journal and of the floor
     handler (None without valgrind)."""
     child = [sys.executable, __file__, "--runs", str(runs), "--count-callbacks"]
-    counts = callgrind_counts({name: [*child, name] for name in ("journal", "floor")})
+    options = ("--instr-atstart=no", "--toggle-collect=functools_reduce")
+    counts = callgrind_counts({name: [*child, name] for name in ("journal", "floor")}, options)
     if counts is None:
         return None
     return {name: count / (runs * CALLBACKS_PER_RUN) for name, count in counts.items()}
