@@ -964,9 +964,8 @@ def _bookings(
     ``before`` to ``after``, count its messages, and move its ``run_threads`` rows on.
 
     None if that takes more than a statement per two rows (a batch of many threads, users or
-    runs): each costs about what the trigger does for two rows, so those rows are its."""
-    if not events:
-        return []
+    runs): each costs about what the trigger does for two rows, so those rows are its.
+    ``events`` is not empty (``_insert_numbered`` returns first)."""
     limit = len(events) // 2
     count = len(after)
     if count > limit:
