@@ -48,6 +48,7 @@ __all__ = [
     "normalise_event",
     "normalise_journal_batch",
     "resolve_read_user",
+    "some_names",
     "user_scope",
     "utc_timestamp",
 ]
@@ -141,6 +142,20 @@ def resolve_read_user(user_id: str | Auto | None) -> str | None:
     if user_id is not None:
         check_text(user_id, "user_id")
     return user_id
+
+
+#: How many names an error message lists before it says how many more there are.
+NAMES_LISTED = 5
+
+
+def some_names(names: Sequence[str], noun: str) -> str:
+    """The first ``NAMES_LISTED`` of ``names`` and how many more ``noun`` there are, for an
+    error message that must stay one readable line however many there are (``-``: none)."""
+    listed = ", ".join(names[:NAMES_LISTED]) or "-"
+    more = len(names) - NAMES_LISTED
+    if more <= 0:
+        return listed
+    return f"{listed} and {more} more {noun}{'s' if more > 1 else ''}"
 
 
 def check_text(value: object, field: str, max_length: int = ID_MAX_LENGTH, where: str = "") -> str:

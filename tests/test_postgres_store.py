@@ -662,6 +662,14 @@ async def test_an_event_postgresql_cannot_index_is_refused_and_writes_nothing(pg
         assert await store.list_events(THREAD, "r") == []
         assert await store.count_messages(THREAD) == 0
         assert await store.get_run_summary(THREAD, "r") is None
+        # A batch of many threads names a few of them: the error stays one readable line.
+        many = [{**good, "thread_id": f"t{i:02}"} for i in range(40)]
+        with pytest.raises(EventRefused) as refused:
+            await store.put_batch([*many, bad])
+        assert (
+            "a write of 41 events (threads 't00', 't01', 't02', 't03', 't04' and 36 more "
+            "threads) and 0 summaries" in str(refused.value)
+        )
         assert (await store.put(**good))["seq"] == 1
 
 

@@ -27,6 +27,7 @@ from deerflow_journal.records import (
     normalise_event,
     normalise_journal_batch,
     resolve_read_user,
+    some_names,
     utc_timestamp,
 )
 from deerflow_journal.stores import DEFAULT_STORE_URL, STORE_URL_ENV, default_store_url, open_store
@@ -575,3 +576,11 @@ def test_normalise_batch_checks_each_distinct_id_and_kind_once(monkeypatch):
     events = [event(run_id=f"r{i % 2}", user_id="u", content=i) for i in range(10)]
     assert [p.content for p in normalise_batch(events)] == list(range(10))
     assert sorted(checked) == ["llm.error", "r0", "r1", "t", "trace", "u"]
+
+
+def test_some_names_lists_five_and_counts_the_rest():
+    names = [f"r{i}" for i in range(7)]
+    assert some_names(names[:5], "run") == "r0, r1, r2, r3, r4"
+    assert some_names(names[:6], "run") == "r0, r1, r2, r3, r4 and 1 more run"
+    assert some_names(names, "thread") == "r0, r1, r2, r3, r4 and 2 more threads"
+    assert some_names([], "run") == "-"

@@ -56,6 +56,7 @@ from deerflow_journal.records import (
     encode_json,
     fit_json,
     normalise_event,
+    some_names,
     utc_timestamp,
 )
 from deerflow_journal.stores.base import JournalStore, RunEventStore
@@ -143,19 +144,6 @@ def _fitted(event: dict[str, Any]) -> dict[str, Any] | None:
             "original_byte_length": len(content.encode()),
         },
     }
-
-
-#: How many run ids a message names: a journal reused for many runs would fill a screen.
-_RUNS_NAMED = 5
-
-
-def _some_runs(runs: list[str]) -> str:
-    """The first ``_RUNS_NAMED`` of ``runs``, and how many more there are."""
-    named = ", ".join(runs[:_RUNS_NAMED]) or "-"
-    more = len(runs) - _RUNS_NAMED
-    if more <= 0:
-        return named
-    return f"{named} and {more} more run{'s' if more > 1 else ''}"
 
 
 async def _outcome(task: asyncio.Future[None]) -> None:
@@ -708,7 +696,7 @@ class EventBuffer:
                 "its event loop closed (%r): call `await journal.flush()` before the "
                 "program's asyncio.run() returns",
                 count,
-                _some_runs(runs),
+                some_names(runs, "run"),
                 spilled,
                 summaries,
                 exc,

@@ -54,6 +54,7 @@ from deerflow_journal.records import (
     encode_json,
     make_record,
     normalise_created_at,
+    some_names,
 )
 from deerflow_journal.stores.base import (
     AI_RESPONSE_EVENT_TYPES,
@@ -902,7 +903,7 @@ def _write_named(write: Write) -> str:
     if not events and len(summaries) == 1:
         s = summaries[0]
         return f"the summary of run {s['run_id']!r} in thread {s['thread_id']!r}"
-    threads = ", ".join(repr(t) for t in dict.fromkeys(e.thread_id for e in events))
+    threads = some_names([repr(t) for t in dict.fromkeys(e.thread_id for e in events)], "thread")
     return f"a write of {len(events)} events (threads {threads}) and {len(summaries)} summaries"
 
 

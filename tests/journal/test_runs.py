@@ -43,7 +43,6 @@ from deerflow_journal import (
     open_store,
     timeline_rows,
 )
-from deerflow_journal.journal.buffer import _some_runs
 from tests.backends import Backend
 from tests.journal.agents import (
     QUESTION,
@@ -887,13 +886,6 @@ def test_what_cannot_be_written_before_the_loop_closes_is_named(caplog):
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert f"4 events of runs {journal.run_id}" in record.getMessage()
     assert "await journal.flush()" in record.getMessage()
-
-
-def test_up_to_five_runs_are_named_whole():
-    runs = [f"r{i}" for i in range(6)]
-    assert _some_runs(runs[:5]) == "r0, r1, r2, r3, r4"
-    assert _some_runs(runs) == "r0, r1, r2, r3, r4 and 1 more run"
-    assert _some_runs([]) == "-"
 
 
 def test_a_journal_of_many_runs_names_a_few_of_those_it_could_not_write(caplog):
