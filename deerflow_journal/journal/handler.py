@@ -443,7 +443,8 @@ class RunJournal(GraphCallbackHandler):
                 top = top and self._top_chain(state, key, kwargs)
                 if state.thread_id is None:
                     self._thread_found(state, top, kwargs.get("metadata"))
-            return
+                return
+            # A parent the journal never saw: a root all the same (see ``_rooted_elsewhere``).
         if self._joined_caller_run(run_id):
             return
         # _start_root, inlined: no keyword arguments packed again
@@ -477,7 +478,8 @@ class RunJournal(GraphCallbackHandler):
     async def _await_chain_start(
         self, serialized: dict[str, Any] | None, inputs: Any, **kwargs: Any
     ) -> None:
-        if kwargs.get("parent_run_id") is not None:
+        parent = kwargs.get("parent_run_id")
+        if parent is not None and getattr(parent, "int", parent) in self._runs:
             self._chain_start(serialized, inputs, **kwargs)
             return
         if self._joined_caller_run(kwargs["run_id"]):
@@ -610,6 +612,9 @@ class RunJournal(GraphCallbackHandler):
             state = self._runs.pop(key, None)  # one atomic pop
             self._chain_inputs.pop(key, None)
             if state is not None:
+                if state.root_key == key:
+                    self._rooted_elsewhere(state, run_id, outputs, None)
+                    return
                 if not state.new_humans.state_seen:
                     state.new_humans.saw_outputs(outputs)
                 if state.outcomes.attempts:
@@ -659,10 +664,23 @@ class RunJournal(GraphCallbackHandler):
             key = getattr(run_id, "int", run_id)
             state = self._runs.pop(key, None)
             self._chain_inputs.pop(key, None)
-            if state is not None:  # rare: taking the lock waits for a tool ending meanwhile
+            if state is not None and state.root_key == key:
+                self._rooted_elsewhere(state, run_id, None, error)
+            elif state is not None:  # rare: taking the lock waits for a tool ending meanwhile
                 # An interrupt, a cancellation or a handoff is no failed attempt to retry.
                 failed = mapping.control_flow_status(error) is None
                 self._chain_ended(state, key, failed=failed)
+
+    def _rooted_elsewhere(
+        self, state: RunState, root: UUID, outputs: Any, error: BaseException | None
+    ) -> None:
+        """End the run of a root chain that has a parent all the same, one the journal never
+        saw: LangGraph makes the caller's run the parent of a graph given the journal inside
+        a runnable that is not journaled (a function chain, another graph's node), and
+        LangChain makes a LangSmith trace's run the parent of what it calls. Its nested end
+        popped the run, which ``_end_run`` looks up again."""
+        self._runs[state.root_key] = state
+        self._end_run(root, outputs, error)
 
     def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
         with self._lock:
@@ -765,12 +783,11 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Remember a retriever as part of its run, so model calls inside it are attributed;
         a retriever called directly is a run of its own."""
-        if parent_run_id is None:
+        state = self._parent_run(parent_run_id)
+        if state is None:  # called directly, or a root all the same (see _rooted_elsewhere)
             tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
             self._start_leaf(serialized, query, run_id, tags, metadata, kwargs)
-            return
-        state = self._parent_run(parent_run_id)
-        if state is not None:
+        else:
             self._runs[_key(run_id)] = state
 
     def on_retriever_end(
@@ -797,8 +814,9 @@ class RunJournal(GraphCallbackHandler):
         documents: Any,
         error: BaseException | None,
     ) -> None:
-        state = self._runs.get(_key(run_id))
-        if parent_run_id is None and state is not None:
+        key = _key(run_id)
+        state = self._runs.get(key)
+        if state is not None and (parent_run_id is None or state.root_key == key):
             self._leaf_ended(state, run_id, documents, error)
         else:
             self._runs.pop(_key(run_id), None)
@@ -868,10 +886,15 @@ class RunJournal(GraphCallbackHandler):
                 self._wrote_late(state)
 
     def _own_run(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
-        """The run a model, tool or retriever call belongs to: its parent's, or its own."""
-        if parent_run_id is None:
-            return self._runs.get(getattr(run_id, "int", run_id))
-        return self._runs.get(getattr(parent_run_id, "int", parent_run_id))
+        """The run a model, tool or retriever call belongs to: its parent's, or its own (a
+        root, even one whose parent the journal never saw: see ``_rooted_elsewhere``)."""
+        if parent_run_id is not None:
+            state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
+            if state is not None:
+                return state
+        key = getattr(run_id, "int", run_id)
+        state = self._runs.get(key)
+        return state if parent_run_id is None or (state and state.root_key == key) else None
 
     def _llm_started(
         self, run_id: UUID, parent_run_id: UUID | None, caller: str
@@ -904,13 +927,16 @@ class RunJournal(GraphCallbackHandler):
         A subagent's or middleware's call before any of the lead agent's records the question
         the run's inputs brought, if any, so that it comes before their answers (unless the
         run's root itself is tagged as theirs)."""
+        key = owner = getattr(run_id, "int", run_id)
+        if parent_run_id is not None:
+            owner = getattr(parent_run_id, "int", parent_run_id)
+            if owner not in self._runs:  # a root all the same (see ``_rooted_elsewhere``)
+                parent_run_id, owner = None, key
         if parent_run_id is None:
             self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         options = kwargs.get("options")
         structured = options.get("ls_structured_output_format") if options else None
-        key = getattr(run_id, "int", run_id)
-        owner = key if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
             state = self._runs.get(owner)  # _llm_started, inlined from here
@@ -987,7 +1013,8 @@ class RunJournal(GraphCallbackHandler):
         **kwargs: Any,
     ) -> None:
         """Time a completion (non-chat) model call."""
-        if parent_run_id is None:
+        if self._parent_run(parent_run_id) is None:  # none, or a root all the same
+            parent_run_id = None  # (see ``_rooted_elsewhere``)
             self._start_leaf(serialized, prompts, run_id, tags, metadata, kwargs)
         caller = mapping.caller_from_tags(tags)
         with self._lock:
@@ -1025,6 +1052,11 @@ class RunJournal(GraphCallbackHandler):
             # _own_run, inlined
             parent = key if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
             state = self._runs.get(parent)
+            if state is None and parent_run_id is not None:
+                state = self._runs.get(key)  # a root all the same (see ``_rooted_elsewhere``)
+                if state is None or state.root_key != key:
+                    return
+                parent_run_id = None
             if state is None or key in state.answered:
                 return
             state.answered.add(key)
@@ -1107,7 +1139,7 @@ class RunJournal(GraphCallbackHandler):
             if state.structured:
                 state.structured.pop(_key(run_id), None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
-        if parent_run_id is None:
+        if parent_run_id is None or state.root_key == getattr(run_id, "int", run_id):
             self._leaf_ended(state, run_id, None, error)
         elif state.closed:
             self._wrote_late(state)
@@ -1125,6 +1157,10 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Time the tool and remember which call it answers."""
         name = kwargs.get("name") or (serialized or {}).get("name")
+        if parent_run_id is not None and (
+            getattr(parent_run_id, "int", parent_run_id) not in self._runs
+        ):
+            parent_run_id = None  # a root all the same (see ``_rooted_elsewhere``)
         if parent_run_id is None:
             inputs = kwargs.get("inputs", input_str)
             tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
@@ -1165,6 +1201,9 @@ class RunJournal(GraphCallbackHandler):
                 state = runs.get(key)
             else:
                 state = runs.pop(key, None) or runs.get(chain)
+                if state is not None and state.root_key == key:
+                    runs[key] = state  # a root all the same (see ``_rooted_elsewhere``)
+                    parent_run_id = chain = None
             if state is None:
                 return
             start = state.tool_starts.pop(key, None)
@@ -1230,7 +1269,7 @@ class RunJournal(GraphCallbackHandler):
             if state is None:
                 return
             self._tool_failed(state, key, error, caller, kwargs)
-        if parent_run_id is None:
+        if parent_run_id is None or state.root_key == key:
             self._leaf_ended(state, run_id, None, error)
         elif state.closed:
             self._wrote_late(state)
@@ -1241,7 +1280,10 @@ class RunJournal(GraphCallbackHandler):
         runs = self._runs
         if parent_run_id is None:
             return runs.get(key)
-        return runs.pop(key, None) or runs.get(getattr(parent_run_id, "int", parent_run_id))
+        state = runs.pop(key, None)
+        if state is not None and state.root_key == key:
+            runs[key] = state  # a root all the same (see ``_rooted_elsewhere``)
+        return state or runs.get(getattr(parent_run_id, "int", parent_run_id))
 
     def _tool_failed(
         self,

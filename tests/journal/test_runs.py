@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
@@ -30,6 +30,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph, add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
+from langsmith.run_helpers import tracing_context
+from langsmith.run_trees import RunTree
 from pydantic import BaseModel
 
 from deerflow_journal import (
@@ -45,6 +47,7 @@ from deerflow_journal import (
 )
 from tests.backends import Backend
 from tests.journal.agents import (
+    ONE_TOOL_CALL_SEQUENCE,
     QUESTION,
     FailingChatModel,
     ScriptedChatModel,
@@ -159,6 +162,153 @@ async def test_a_retriever_called_directly_is_a_run(store):
     sequence, _ = await stored(journal)
     assert sequence == ["run.start", "run.end"]
     assert (await run_events(journal))[1]["content"][0]["page_content"] == "about owls"
+
+
+# -- roots whose parent the journal never saw ----------------------------------------------
+# LangGraph makes the caller's run the parent of a graph given the journal inside a runnable
+# that is not journaled; LangChain makes a LangSmith trace's run the parent of what it calls.
+
+
+def _tool_then_answer() -> Any:
+    return agent_graph(scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3.")))
+
+
+async def _in_function_chain(graph: Any, config: Any) -> Any:
+    return await asyncio.to_thread(
+        RunnableLambda(lambda _: graph.invoke(QUESTION, config)).invoke, 1
+    )
+
+
+async def _in_graph_node(graph: Any, config: Any) -> Any:
+    async def node(state: MessagesState) -> dict[str, Any]:
+        await graph.ainvoke(QUESTION, config)
+        return {}
+
+    outer = StateGraph(MessagesState)
+    outer.add_node("delegate", node)
+    outer.add_edge(START, "delegate")
+    return await outer.compile().ainvoke({"messages": []})
+
+
+async def _in_langsmith_trace(graph: Any, config: Any) -> Any:
+    with tracing_context(parent=RunTree(name="request", run_type="chain"), enabled=False):
+        return await graph.ainvoke(QUESTION, config)
+
+
+@pytest.mark.parametrize("caller", [_in_function_chain, _in_graph_node, _in_langsmith_trace])
+async def test_a_graph_called_where_the_journal_sees_no_caller_is_a_run(store, caller):
+    journal = RunJournal(event_store=store)
+    seen: list[Any] = []
+
+    class Parents(BaseCallbackHandler):
+        def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+            seen.append(kwargs["parent_run_id"])
+
+    graph = _tool_then_answer()
+    await caller(graph, {"callbacks": [journal, Parents()], "configurable": {"thread_id": "t-1"}})
+    assert seen[0] is not None  # the graph has a parent: a run the journal never saw
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
+    assert (journal.thread_id, summary.status, summary.llm_call_count) == ("t-1", "success", 2)
+
+
+async def test_a_graph_failing_where_the_journal_sees_no_caller_ends_its_run_with_an_error(store):
+    journal = RunJournal(event_store=store)
+    graph = agent_graph(FailingChatModel(messages=iter([])))
+    with pytest.raises(ConnectionError):
+        await _in_graph_node(graph, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ["run.start", "llm.human.input", "llm.error", "run.error"]
+    assert summary.status == "error"
+
+
+def test_a_batch_of_graphs_inside_a_function_chain_is_a_run_per_item():
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    graph = agent_graph(scripted(ai("one"), ai("two")), checkpointer=InMemorySaver())
+    configs = [{"callbacks": [journal], "configurable": {"thread_id": t}} for t in ("b1", "b2")]
+    RunnableLambda(lambda _: graph.batch([QUESTION, QUESTION], configs)).invoke(1)
+    store = journal.event_store
+    threads = sorted(t.thread_id for t in asyncio.run(store.list_threads()))
+    assert threads == ["b1", "b2"]
+    for thread in threads:
+        events = asyncio.run(store.list_events(thread, None))
+        assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
+
+
+async def test_a_subagent_journal_records_its_graph_inside_a_journaled_run(store):
+    lead, sub = RunJournal(event_store=store), RunJournal(event_store=store)
+    subagent = agent_graph(scripted(ai("found it")))
+
+    async def delegate(state: MessagesState) -> dict[str, Any]:
+        await subagent.ainvoke(QUESTION, {"callbacks": [sub], "configurable": {"thread_id": "s"}})
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("delegate", delegate)
+    graph.add_node("agent", model_node(scripted(ai("done"))))
+    graph.add_edge(START, "delegate")
+    graph.add_edge("delegate", "agent")
+    await graph.compile().ainvoke(QUESTION, {"callbacks": [lead]})
+    await lead.flush()
+    await sub.flush()
+    # The subagent's graph inherits the lead journal too: its answer is the lead run's as well.
+    lead_events = await run_events(lead)
+    assert [
+        e["content"].get("content") for e in lead_events if e["event_type"] == "llm.ai.response"
+    ] == ["found it", "done"]
+    assert (sub.thread_id, sub.summary().status) == ("s", "success")
+    assert types(await run_events(sub)) == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "run.end",
+    ]
+
+
+FAILURES = (ConnectionError, RuntimeError)  # of FailingChatModel and explode
+
+
+async def _leaf_calls(journal: RunJournal) -> list[tuple[list[str], str]]:
+    """Each kind of leaf called with the journal inside a LangSmith trace: its events and the
+    status of its run."""
+
+    class Shelf(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return [Document(page_content=f"about {query}")]
+
+    config: Any = {"callbacks": [journal]}
+    call = {"type": "tool_call", "id": "call-1", "name": "add", "args": {"a": 2, "b": 3}}
+    calls = [
+        lambda: scripted(ai("Paris.")).ainvoke("Capital of France?", config),
+        lambda: FakeListLLM(responses=["forty-two"]).ainvoke("The answer?", config),
+        lambda: FailingChatModel(messages=iter([])).ainvoke("hi", config),
+        lambda: add.ainvoke(call, config),
+        lambda: explode.ainvoke({"reason": "no disk"}, config),
+        lambda: Shelf().ainvoke("owls", config),
+    ]
+    found = []
+    for make in calls:
+        trace = RunTree(name="request", run_type="chain")
+        with tracing_context(parent=trace, enabled=False), contextlib.suppress(*FAILURES):
+            await make()
+        await journal.flush()
+        found.append((types(await run_events(journal)), journal.summary().status))
+    return found
+
+
+async def test_models_tools_and_retrievers_called_inside_a_langsmith_trace_are_runs(store):
+    assert await _leaf_calls(RunJournal(event_store=store)) == [
+        (["run.start", "llm.human.input", "llm.ai.response", "run.end"], "success"),
+        (["run.start", "llm.ai.response", "run.end"], "success"),
+        (["run.start", "llm.human.input", "llm.error", "run.error"], "error"),
+        (["run.start", "llm.tool.result", "run.end"], "success"),
+        (["run.start", "tool.error", "run.error"], "error"),
+        (["run.start", "run.end"], "success"),
+    ]
 
 
 # -- recorders outside a run ---------------------------------------------------------------

@@ -4,6 +4,7 @@ through the journal; the events they become are in docs/events.md."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.config import get_stream_writer
 from langgraph.graph import START, MessagesState, StateGraph
+from langsmith.run_helpers import tracing_context
+from langsmith.run_trees import RunTree
 
 from deerflow_journal import (
     MemoryRunEventStore,
@@ -223,12 +226,14 @@ def setup_node(root: Path, order: list[str], kind: str) -> Any:
     return single_node(awrite if kind == "async node" else write)
 
 
+@pytest.mark.parametrize("traced", [False, True], ids=["", "in a langsmith trace"])
 @pytest.mark.parametrize("kind", ["sync node", "async node"])
 async def test_the_first_step_waits_for_the_snapshot_without_blocking_the_loop(
-    tmp_path, monkeypatch, kind
+    tmp_path, monkeypatch, kind, traced
 ):
     """The snapshot is released by a task on the caller's loop: a run start that blocked the
-    loop would keep it waiting until its deadline."""
+    loop would keep it waiting until its deadline. In a LangSmith trace the graph has a
+    parent (the trace's run) that the journal never saw: a root all the same."""
     root = workspace(tmp_path)
     order: list[str] = []
     release = gated_snapshots(monkeypatch, order)
@@ -239,7 +244,9 @@ async def test_the_first_step_waits_for_the_snapshot_without_blocking_the_loop(
 
     journal = RunJournal(event_store=MemoryRunEventStore(), workspace_roots=[root])
     releasing = asyncio.create_task(release_soon())
-    await setup_node(root.host_path, order, kind).ainvoke(QUESTION, {"callbacks": [journal]})
+    trace = RunTree(name="request", run_type="chain")
+    with tracing_context(parent=trace, enabled=False) if traced else contextlib.nullcontext():
+        await setup_node(root.host_path, order, kind).ainvoke(QUESTION, {"callbacks": [journal]})
     await releasing
     assert order == ["snapshot", "node"]
     await journal.flush()
