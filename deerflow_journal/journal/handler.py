@@ -927,19 +927,19 @@ class RunJournal(GraphCallbackHandler):
         A subagent's or middleware's call before any of the lead agent's records the question
         the run's inputs brought, if any, so that it comes before their answers (unless the
         run's root itself is tagged as theirs)."""
-        key = owner = getattr(run_id, "int", run_id)
-        if parent_run_id is not None:
-            owner = getattr(parent_run_id, "int", parent_run_id)
-            if owner not in self._runs:  # a root all the same (see ``_rooted_elsewhere``)
-                parent_run_id, owner = None, key
-        if parent_run_id is None:
+        key, runs = getattr(run_id, "int", run_id), self._runs
+        # The run it belongs to (_llm_started, inlined from here): its parent's, one lookup
+        # without the lock as a nested chain's; else its own, once it is started.
+        parent = None if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
+        state = None if parent is None else runs.get(parent)
+        if state is None:  # called directly, or a root all the same (see _rooted_elsewhere)
             self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
+            state = runs.get(key)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         options = kwargs.get("options")
         structured = options.get("ls_structured_output_format") if options else None
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
-            state = self._runs.get(owner)  # _llm_started, inlined from here
             if state is None:
                 return
             state.llm_calls += 1
