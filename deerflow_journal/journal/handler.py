@@ -445,25 +445,28 @@ class RunJournal(GraphCallbackHandler):
                     self._thread_found(state, top, kwargs.get("metadata"))
                 return
             # A parent the journal never saw: a root all the same (see ``_rooted_elsewhere``).
-        if self._joined_caller_run(run_id):
+        if self._joined_caller_run(run_id, parent_run_id):
             return
         # _start_root, inlined: no keyword arguments packed again
         name = mapping.chain_name(serialized, kwargs.get("name"))
         tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
         WorkspaceTracker.wait(self._start_run(run_id, name, tags, metadata, inputs, chain=True))
 
-    def _joined_caller_run(self, run_id: UUID) -> bool:
+    def _joined_caller_run(self, run_id: UUID, parent_run_id: UUID | None = None) -> bool:
         """A root call given the journal as its own callbacks inside a node of a run in
         progress (``chain.invoke(x, {"callbacks": [journal]})``, a model or tool alike), or
         inside such a call still running after its run ended, is part of that run; True if it
-        joined one."""
-        caller = _context()[1]
+        joined one, or if it is no run at all: a call with a parent whose caller has the
+        journal among its callbacks was called from a run the journal saw and forgot (a task
+        a node left running, started after the node ended), not from outside."""
+        config, caller = _context()
         if caller is None:  # most roots: no run called them, and no lock is needed to see it
             return False
         with self._lock:
             active = self._parent_run(caller)
             if active is None:
-                return False
+                handlers = getattr(config.get("callbacks"), "inheritable_handlers", ())
+                return parent_run_id is not None and self in handlers
             key = getattr(run_id, "int", run_id)
             self._runs[key] = active
             caller_key = getattr(caller, "int", caller)
@@ -482,7 +485,7 @@ class RunJournal(GraphCallbackHandler):
         if parent is not None and getattr(parent, "int", parent) in self._runs:
             self._chain_start(serialized, inputs, **kwargs)
             return
-        if self._joined_caller_run(kwargs["run_id"]):
+        if self._joined_caller_run(kwargs["run_id"], parent):
             return
         snapshot = self._start_root(serialized, inputs, **kwargs)
         try:
@@ -678,13 +681,18 @@ class RunJournal(GraphCallbackHandler):
         saw: LangGraph makes the caller's run the parent of a graph given the journal inside
         a runnable that is not journaled (a function chain, another graph's node), and
         LangChain makes a LangSmith trace's run the parent of what it calls. Its nested end
-        popped the run, which ``_end_run`` looks up again."""
-        self._runs[state.root_key] = state
-        self._end_run(root, outputs, error)
+        popped the run already."""
+        self._end_run(root, outputs, error, state)
 
-    def _end_run(self, root: UUID, outputs: Any, error: BaseException | None) -> None:
+    def _end_run(
+        self,
+        root: UUID,
+        outputs: Any,
+        error: BaseException | None,
+        popped: RunState | None = None,
+    ) -> None:
         with self._lock:
-            state = self._runs.pop(_key(root), None)
+            state = self._runs.pop(_key(root), popped)
             if state is None or state.ended or state.root != root:
                 return  # a chain that joined the run of its caller ends nothing
             if state.outcomes.pending and outputs is not None:
@@ -786,7 +794,7 @@ class RunJournal(GraphCallbackHandler):
         state = self._parent_run(parent_run_id)
         if state is None:  # called directly, or a root all the same (see _rooted_elsewhere)
             tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
-            self._start_leaf(serialized, query, run_id, tags, metadata, kwargs)
+            self._start_leaf(serialized, query, run_id, tags, metadata, kwargs, parent_run_id)
         else:
             self._runs[_key(run_id)] = state
 
@@ -819,7 +827,7 @@ class RunJournal(GraphCallbackHandler):
         if state is not None and (parent_run_id is None or state.root_key == key):
             self._leaf_ended(state, run_id, documents, error)
         else:
-            self._runs.pop(_key(run_id), None)
+            self._runs.pop(key, None)
 
     # -- LangGraph lifecycle -------------------------------------------------------------------
 
@@ -859,14 +867,16 @@ class RunJournal(GraphCallbackHandler):
         tags: list[str] | None,
         metadata: dict[str, Any] | None,
         kwargs: Mapping[str, Any],
+        parent: UUID | None = None,
     ) -> None:
-        """Start a run at a model, tool or retriever called directly (no chain around it).
+        """Start a run at a model, tool or retriever called directly (no chain around it), or
+        with a ``parent`` the journal never saw (see ``_rooted_elsewhere``).
 
         One called with its own callbacks from inside a run of ours (a graph node passing
         ``{"callbacks": [journal]}``) is part of that run instead. Its workspace snapshot is
         waited for only under a sync dispatcher: an async one would block its event loop.
         """
-        if self._joined_caller_run(run_id):
+        if self._joined_caller_run(run_id, parent):
             return
         name = mapping.chain_name(serialized, kwargs.get("name"))
         snapshot = self._start_run(run_id, name, tags, metadata, inputs)
@@ -886,15 +896,13 @@ class RunJournal(GraphCallbackHandler):
                 self._wrote_late(state)
 
     def _own_run(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
-        """The run a model, tool or retriever call belongs to: its parent's, or its own (a
-        root, even one whose parent the journal never saw: see ``_rooted_elsewhere``)."""
+        """The run a model, tool or retriever call belongs to: its parent's, else its own (a
+        call that started a run, or joined its caller's: see ``_start_leaf``)."""
         if parent_run_id is not None:
             state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
                 return state
-        key = getattr(run_id, "int", run_id)
-        state = self._runs.get(key)
-        return state if parent_run_id is None or (state and state.root_key == key) else None
+        return self._runs.get(getattr(run_id, "int", run_id))
 
     def _llm_started(
         self, run_id: UUID, parent_run_id: UUID | None, caller: str
@@ -933,7 +941,7 @@ class RunJournal(GraphCallbackHandler):
         parent = None if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
         state = None if parent is None else runs.get(parent)
         if state is None:  # called directly, or a root all the same (see _rooted_elsewhere)
-            self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs)
+            self._start_leaf(serialized, messages[0], run_id, tags, metadata, kwargs, parent_run_id)
             state = runs.get(key)
         caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
         options = kwargs.get("options")
@@ -1014,8 +1022,8 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Time a completion (non-chat) model call."""
         if self._parent_run(parent_run_id) is None:  # none, or a root all the same
-            parent_run_id = None  # (see ``_rooted_elsewhere``)
-            self._start_leaf(serialized, prompts, run_id, tags, metadata, kwargs)
+            self._start_leaf(serialized, prompts, run_id, tags, metadata, kwargs, parent_run_id)
+            parent_run_id = None
         caller = mapping.caller_from_tags(tags)
         with self._lock:
             self._llm_started(run_id, parent_run_id, caller)
@@ -1053,8 +1061,8 @@ class RunJournal(GraphCallbackHandler):
             parent = key if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
             state = self._runs.get(parent)
             if state is None and parent_run_id is not None:
-                state = self._runs.get(key)  # a root all the same (see ``_rooted_elsewhere``)
-                if state is None or state.root_key != key:
+                state = self._runs.get(key)  # a root all the same, or joined its caller's run
+                if state is None:
                     return
                 parent_run_id = None
             if state is None or key in state.answered:
@@ -1135,11 +1143,14 @@ class RunJournal(GraphCallbackHandler):
             state = self._own_run(run_id, parent_run_id)
             if state is None:
                 return
-            state.llm_starts.pop(_key(run_id), None)
+            key = _key(run_id)
+            if key in self._runs:  # called directly, or see _own_run: it ends as a root does
+                parent_run_id = None
+            state.llm_starts.pop(key, None)
             if state.structured:
-                state.structured.pop(_key(run_id), None)
+                state.structured.pop(key, None)
             self._emit(state, mapping.llm_error_event(error, mapping.caller_from_tags(tags)))
-        if parent_run_id is None or state.root_key == getattr(run_id, "int", run_id):
+        if parent_run_id is None:
             self._leaf_ended(state, run_id, None, error)
         elif state.closed:
             self._wrote_late(state)
@@ -1157,14 +1168,12 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Time the tool and remember which call it answers."""
         name = kwargs.get("name") or (serialized or {}).get("name")
-        if parent_run_id is not None and (
-            getattr(parent_run_id, "int", parent_run_id) not in self._runs
-        ):
-            parent_run_id = None  # a root all the same (see ``_rooted_elsewhere``)
-        if parent_run_id is None:
+        if parent_run_id is None or getattr(parent_run_id, "int", parent_run_id) not in self._runs:
+            # Called directly, or a root all the same (see ``_rooted_elsewhere``).
             inputs = kwargs.get("inputs", input_str)
             tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
-            self._start_leaf(serialized, inputs, run_id, tags, metadata, kwargs)
+            self._start_leaf(serialized, inputs, run_id, tags, metadata, kwargs, parent_run_id)
+            parent_run_id = None
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
             state = self._own_run(run_id, parent_run_id)

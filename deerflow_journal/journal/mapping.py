@@ -385,13 +385,19 @@ def terminal_event(
     LangGraph reports a pause with ``on_interrupt`` and then ends the root chain normally: that
     is ``interrupted`` with ``run.interrupt`` (as is a ``GraphInterrupt`` reaching the root).
     A cancelled task, a stream closed early or Ctrl-C is ``cancelled``, any other error ``error``,
-    both with ``run.error``.
+    both with ``run.error``. A handoff to the parent graph (``Command.PARENT``, out of a graph
+    that is a root to the journal inside a node of a graph it does not journal) is ``success``,
+    its ``run.end`` holding the command's update.
     """
     if error is None and interrupt is None:
         return "success", run_end_event(outputs)
     if error is None or isinstance(error, GraphInterrupt):
         return "interrupted", run_interrupt_event(interrupt or interrupt_from_error(error))
-    status: RunStatus = "cancelled" if control_flow_status(error) == "cancelled" else "error"
+    stopped_by = control_flow_status(error)
+    if stopped_by == "success":
+        command = error.args[0] if error.args else None
+        return "success", run_end_event(getattr(command, "update", None))
+    status: RunStatus = "cancelled" if stopped_by == "cancelled" else "error"
     return status, run_error_event(error)
 
 

@@ -267,6 +267,95 @@ async def test_a_subagent_journal_records_its_graph_inside_a_journaled_run(store
     ]
 
 
+async def test_a_model_a_node_calls_inside_a_langsmith_trace_is_part_of_the_run(store):
+    journal = RunJournal(event_store=store)
+    model = scripted(ai("noted"), ai("boom"))
+
+    async def helper(state: MessagesState) -> dict[str, Any]:
+        trace = RunTree(name="helper", run_type="chain")
+        with tracing_context(parent=trace, enabled=False):
+            await model.ainvoke([HumanMessage("sum up")], {"callbacks": [journal]})
+            with contextlib.suppress(ConnectionError):
+                await FailingChatModel(messages=iter([])).ainvoke("hi", {"callbacks": [journal]})
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("helper", helper)
+    graph.add_node("agent", model_node(scripted(ai("done"))))
+    graph.add_edge(START, "helper")
+    graph.add_edge("helper", "agent")
+    await graph.compile().ainvoke(QUESTION, {"callbacks": [journal]})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == [
+        "run.start",
+        "llm.human.input",
+        "llm.ai.response",
+        "llm.error",
+        "llm.ai.response",
+        "run.end",
+    ]
+    assert (summary.llm_call_count, summary.last_ai_message) == (2, "done")  # one failed
+    assert not journal._runs  # each call's own key went with its end
+
+
+async def test_a_task_a_node_left_running_starts_no_run_of_its_own(store):
+    journal = RunJournal(event_store=store)
+    tasks = []
+
+    async def note() -> None:
+        await asyncio.sleep(0.01)  # after its node ended: the journal forgot its parent
+        await scripted(ai("a note", tokens=(30, 10))).ainvoke([HumanMessage("note")])
+
+    async def spawn(state: MessagesState) -> dict[str, Any]:
+        tasks.append(asyncio.create_task(note()))
+        return {}
+
+    async def answer(state: MessagesState) -> dict[str, Any]:
+        await asyncio.gather(*tasks)
+        return {"messages": [await scripted(ai("done")).ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("spawn", spawn)
+    graph.add_node("agent", RunnableLambda(answer))
+    graph.add_edge(START, "spawn")
+    graph.add_edge("spawn", "agent")
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "t-1"}}
+    await graph.compile().ainvoke(QUESTION, config)
+    await journal.flush()
+    assert journal.summary().last_ai_message == "done"
+    assert [s.run_id for s in await store.list_run_summaries("t-1")] == [journal.run_id]
+
+
+async def test_a_graph_handing_off_to_the_graph_around_it_ends_its_run_well(store):
+    journal = RunJournal(event_store=store)
+
+    def hand_off(state: MessagesState) -> Command:
+        return Command(graph=Command.PARENT, goto="done", update={"messages": [AIMessage("over")]})
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("agent", model_node(scripted(ai("thinking"))))
+    inner.add_node("hand_off", hand_off)
+    inner.add_edge(START, "agent")
+    inner.add_edge("agent", "hand_off")
+    team = inner.compile()
+
+    async def delegate(state: MessagesState) -> Any:
+        return await team.ainvoke(state, {"callbacks": [journal]})
+
+    outer = StateGraph(MessagesState)
+    outer.add_node("delegate", delegate)
+    outer.add_node("done", lambda state: {})
+    outer.add_edge(START, "delegate")
+    outer.add_edge("delegate", END)
+    await outer.compile().ainvoke(QUESTION)
+    await journal.flush()
+    events = await run_events(journal)
+    assert types(events)[-1] == "run.end"
+    assert events[-1]["content"]["messages"][0]["content"] == "over"
+    assert journal.summary().status == "success"
+
+
 FAILURES = (ConnectionError, RuntimeError)  # of FailingChatModel and explode
 
 
