@@ -1144,7 +1144,7 @@ class RunJournal(GraphCallbackHandler):
             if state is None:
                 return
             key = _key(run_id)
-            if key in self._runs:  # called directly, or see _own_run: it ends as a root does
+            if key in self._runs:  # in a run of its own or joined (see _own_run): ends so
                 parent_run_id = None
             state.llm_starts.pop(key, None)
             if state.structured:
