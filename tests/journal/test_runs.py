@@ -245,12 +245,8 @@ async def test_a_subagent_journal_records_its_graph_inside_a_journaled_run(store
         await subagent.ainvoke(QUESTION, {"callbacks": [sub], "configurable": {"thread_id": "s"}})
         return {}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("delegate", delegate)
-    graph.add_node("agent", model_node(scripted(ai("done"))))
-    graph.add_edge(START, "delegate")
-    graph.add_edge("delegate", "agent")
-    await graph.compile().ainvoke(QUESTION, {"callbacks": [lead]})
+    graph = step_then_answer(delegate, "done", checkpointer=None)
+    await graph.ainvoke(QUESTION, {"callbacks": [lead]})
     await lead.flush()
     await sub.flush()
     # The subagent's graph inherits the lead journal too: its answer is the lead run's as well.
@@ -279,12 +275,8 @@ async def test_a_model_a_node_calls_inside_a_langsmith_trace_is_part_of_the_run(
                 await FailingChatModel(messages=iter([])).ainvoke("hi", {"callbacks": [journal]})
         return {}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("helper", helper)
-    graph.add_node("agent", model_node(scripted(ai("done"))))
-    graph.add_edge(START, "helper")
-    graph.add_edge("helper", "agent")
-    await graph.compile().ainvoke(QUESTION, {"callbacks": [journal]})
+    graph = step_then_answer(helper, "done", checkpointer=None)
+    await graph.ainvoke(QUESTION, {"callbacks": [journal]})
     await journal.flush()
     sequence, summary = await stored(journal)
     assert sequence == [
