@@ -81,14 +81,9 @@ def _context() -> tuple[Mapping[str, Any], Any]:
     return config, getattr(config.get("callbacks"), "parent_run_id", None)
 
 
-def _root_config_thread(state: RunState) -> str | None:
-    """The thread of a run's root config where the caller runs in the root's config context
-    (its callbacks' parent is the root): ``""`` for none; ``None`` elsewhere (a batch starts
-    its items outside their contexts, an executor thread has none)."""
-    config, caller = _context()
-    if caller is None or caller != state.root:
-        return None
-    return _config_thread_id(config.get("configurable")) or ""
+def _context_thread() -> str | None:
+    """The thread that LangChain's config context (the caller's config) names, if any."""
+    return _config_thread_id(_context()[0].get("configurable"))
 
 
 def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
@@ -312,7 +307,8 @@ class RunJournal(GraphCallbackHandler):
                 self._buffer.start_write(self._writer.write_loop(state.sync))
         elif run_id is not None and state.root is not None:
             # A run still waiting for its thread: its first event settles it.
-            self._bind_thread(state, _root_config_thread(state) or "")
+            found = self._root_config_thread(state)
+            self._bind_thread(state, found or state.inherited_thread or "")
             self._emit_own(state, event)
         else:
             state.unbound_events.append(event)
@@ -352,6 +348,21 @@ class RunJournal(GraphCallbackHandler):
         # is still the one it built with (else the run changed meanwhile: the newer is kept).
         build = _summary_builder(self._lock, state)
         self._buffer.put_summary((state.thread_id or "", state.run_id or ""), build)
+
+    def _root_config_thread(self, state: RunState) -> str | None:
+        """The thread of a run's root config where the caller runs in the root's config context
+        (its callbacks' parent is the root; for a root that may have inherited its thread,
+        any chain of the run): ``""`` for none; ``None`` elsewhere (a batch starts its items
+        outside their contexts, an executor thread has none)."""
+        config, caller = _context()
+        if caller is None:
+            return None
+        if caller != state.root and (
+            state.inherited_thread is None
+            or self._runs.get(getattr(caller, "int", caller)) is not state
+        ):
+            return None
+        return _config_thread_id(config.get("configurable")) or ""
 
     def _parent_run(self, parent_run_id: UUID | None) -> RunState | None:
         return (
@@ -450,7 +461,10 @@ class RunJournal(GraphCallbackHandler):
         # _start_root, inlined: no keyword arguments packed again
         name = mapping.chain_name(serialized, kwargs.get("name"))
         tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
-        WorkspaceTracker.wait(self._start_run(run_id, name, tags, metadata, inputs, chain=True))
+        snapshot = self._start_run(
+            run_id, name, tags, metadata, inputs, chain=True, inherits=parent_run_id is not None
+        )
+        WorkspaceTracker.wait(snapshot)
 
     def _joined_caller_run(self, run_id: UUID, parent_run_id: UUID | None = None) -> bool:
         """A root call given the journal as its own callbacks inside a node of a run in
@@ -508,7 +522,8 @@ class RunJournal(GraphCallbackHandler):
     ) -> Snapshot | None:
         """Start a run at a root call; return its workspace snapshot (``None``: none)."""
         name = mapping.chain_name(serialized, kwargs.get("name"))
-        return self._start_run(run_id, name, tags, metadata, inputs, chain=True)
+        inherits = kwargs.get("parent_run_id") is not None
+        return self._start_run(run_id, name, tags, metadata, inputs, chain=True, inherits=inherits)
 
     def _start_run(
         self,
@@ -519,6 +534,7 @@ class RunJournal(GraphCallbackHandler):
         inputs: Any,
         *,
         chain: bool = False,
+        inherits: bool = False,
     ) -> Snapshot | None:
         """Bind the next run to a root call, write its ``run.start``, start its snapshot.
 
@@ -526,6 +542,11 @@ class RunJournal(GraphCallbackHandler):
         (``with_retry()``, a function or sequence calling it): LangGraph copies the config's
         thread into the metadata of its own chain only, so the thread waits for the first
         nested chain, which can read the root's config (``_thread_found``).
+
+        So does a root chain that ``inherits`` its caller's metadata (its parent is a run the
+        journal never saw) while its caller names a thread: LangGraph keeps the thread of the
+        metadata it inherits, not the one its own config names (a subagent's graph on a
+        thread of its own, called from a node).
         """
         sync = dispatched_synchronously()
         loop = running_loop()
@@ -537,9 +558,15 @@ class RunJournal(GraphCallbackHandler):
             self._next = self._outside = None
             state.new_humans.add_inputs(inputs)
             run_id = self._run_id or str(root)
-            thread_id = self._thread_id or _config_thread_id(metadata)
-            if thread_id is None and not (chain and _names_no_thread(metadata)):
-                thread_id = run_id
+            thread_id = self._thread_id
+            if thread_id is None:
+                thread_id = _config_thread_id(metadata)
+                if inherits and thread_id is not None and thread_id == _context_thread():
+                    # Perhaps its caller's: the run's own config tells, once a chain of the
+                    # run runs in it (else, at its first event, this one it is).
+                    state.inherited_thread, thread_id = thread_id, None
+                elif thread_id is None and not (chain and _names_no_thread(metadata)):
+                    thread_id = run_id
             unbound = state.bind(root, run_id, thread_id, sync=sync, user_id=current_user_id())
             state.on_thread = bool(metadata and metadata.get("thread_id"))
             caller = mapping.caller_from_tags(tags) if tags else mapping.LEAD_AGENT
@@ -579,7 +606,7 @@ class RunJournal(GraphCallbackHandler):
         (LangChain's config context, where it runs in the root's; not a graph nested deeper,
         such as a subagent's, which may name a thread of its own), else the metadata of a
         graph the root called itself (LangGraph copies the thread there), else not yet."""
-        found = _root_config_thread(state)
+        found = self._root_config_thread(state)
         if found is None and top and not _names_no_thread(metadata):
             found = _config_thread_id(metadata) or ""
         if found is None:

@@ -217,6 +217,9 @@ class RunState:
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
+    # The thread a root's metadata named where it may be its caller's, while the run waits
+    # to see its own config's (see ``RunJournal._start_run``).
+    inherited_thread: str | None = None
     # Chains the root called itself that are not nodes of a root graph (under a wrapped root:
     # its graph, a sequence's steps), by key: their pauses and resumes are the run's.
     top_chains: set[Hashable] = field(default_factory=set)

@@ -23,7 +23,7 @@ from langchain_core.language_models.fake import FakeListLLM
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -237,23 +237,24 @@ def test_a_batch_of_graphs_inside_a_function_chain_is_a_run_per_item():
         assert types(events) == ["run.start", "llm.human.input", "llm.ai.response", "run.end"]
 
 
-async def test_a_subagent_journal_records_its_graph_inside_a_journaled_run(store):
+@pytest.mark.parametrize("lead_journaled", [True, False])
+async def test_a_subagent_journal_records_its_graph_on_the_subagents_own_thread(
+    store, lead_journaled
+):
+    """LangGraph keeps the thread of the metadata the subagent's graph inherits from the
+    node calling it: its run is on the thread its own config names all the same."""
     lead, sub = RunJournal(event_store=store), RunJournal(event_store=store)
-    subagent = agent_graph(scripted(ai("found it")))
+    subagent = agent_graph(scripted(ai("found it")), checkpointer=InMemorySaver())
 
     async def delegate(state: MessagesState) -> dict[str, Any]:
         await subagent.ainvoke(QUESTION, {"callbacks": [sub], "configurable": {"thread_id": "s"}})
         return {}
 
-    graph = step_then_answer(delegate, "done", checkpointer=None)
-    await graph.ainvoke(QUESTION, {"callbacks": [lead]})
-    await lead.flush()
+    graph = step_then_answer(delegate, "done", checkpointer=InMemorySaver())
+    callbacks = [lead] if lead_journaled else []
+    await graph.ainvoke(QUESTION, {"callbacks": callbacks, "configurable": {"thread_id": "main"}})
     await sub.flush()
-    # The subagent's graph inherits the lead journal too: its answer is the lead run's as well.
-    lead_events = await run_events(lead)
-    assert [
-        e["content"].get("content") for e in lead_events if e["event_type"] == "llm.ai.response"
-    ] == ["found it", "done"]
+    await lead.flush()
     assert (sub.thread_id, sub.summary().status) == ("s", "success")
     assert types(await run_events(sub)) == [
         "run.start",
@@ -261,6 +262,40 @@ async def test_a_subagent_journal_records_its_graph_inside_a_journaled_run(store
         "llm.ai.response",
         "run.end",
     ]
+    runs = [summary.run_id for summary in await store.list_run_summaries("main")]
+    assert runs == ([lead.run_id] if lead_journaled else [])
+    if lead_journaled:
+        # The subagent's graph inherits the lead journal too: its answer is the lead run's.
+        answers = [
+            e["content"]["content"]
+            for e in await run_events(lead)
+            if e["event_type"] == "llm.ai.response"
+        ]
+        assert answers == ["found it", "done"]
+
+
+def test_a_graph_whose_own_config_never_shows_keeps_the_thread_its_metadata_names():
+    """Its model runs on a thread of its own, outside any config context: the thread the
+    graph's metadata named is the run's (it may be its caller's; nothing tells otherwise)."""
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    model = scripted(ai("found it"))
+
+    def answer(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return {"messages": [pool.submit(model.invoke, state["messages"], config).result()]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    subagent = builder.compile()
+
+    def delegate(state: MessagesState) -> dict[str, Any]:
+        subagent.invoke(QUESTION, {"callbacks": [journal], "configurable": {"thread_id": "s"}})
+        return {}
+
+    graph = step_then_answer(delegate, "done", checkpointer=None)
+    graph.invoke(QUESTION, {"configurable": {"thread_id": "main"}})
+    assert (journal.thread_id, journal.summary().status) == ("main", "success")
 
 
 async def test_a_model_a_node_calls_inside_a_langsmith_trace_is_part_of_the_run(store):
