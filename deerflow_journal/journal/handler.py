@@ -548,6 +548,8 @@ class RunJournal(GraphCallbackHandler):
         metadata it inherits, not the one its own config names (a subagent's graph on a
         thread of its own, called from a node).
         """
+        if _key(root) in self._runs:  # the journal is among the root's callbacks twice
+            return None
         sync = dispatched_synchronously()
         loop = running_loop()
         snapshot = None if self._workspace is None else self._workspace.snapshot()

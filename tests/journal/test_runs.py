@@ -427,6 +427,23 @@ async def test_models_tools_and_retrievers_called_inside_a_langsmith_trace_are_r
     ]
 
 
+async def test_a_journal_among_the_callbacks_twice_records_each_run_once(store):
+    journal = RunJournal(event_store=store)
+    model = scripted(ai("", calls=[("add", {"a": 1, "b": 2}, "c1")]), ai("3."))
+    # Bound and given again: the root's callbacks come twice (LangChain gives its children
+    # each handler once).
+    graph = agent_graph(model).with_config(callbacks=[journal])
+    await graph.ainvoke(QUESTION, {"callbacks": [journal], "configurable": {"thread_id": "t"}})
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence == ONE_TOOL_CALL_SEQUENCE
+    events = await run_events(journal)
+    answers = [e for e in events if e["event_type"] == "llm.ai.response"]
+    assert [e["metadata"]["llm_call_index"] for e in answers] == [1, 2]
+    assert (summary.status, summary.llm_call_count) == ("success", 2)
+    assert journal._open_runs == 0  # else a store the journal opened would never close
+
+
 # -- recorders outside a run ---------------------------------------------------------------
 
 
