@@ -699,9 +699,15 @@ class RunJournal(GraphCallbackHandler):
             if state is not None and state.root_key == key:
                 self._rooted_elsewhere(state, run_id, None, error)
             elif state is not None:  # rare: taking the lock waits for a tool ending meanwhile
+                stopped_by = mapping.control_flow_status(error)
+                if stopped_by == "interrupted":
+                    parent = getattr(parent_run_id, "int", parent_run_id)
+                    if parent == state.root_key or parent in state.top_chains:
+                        # The run's own graph pauses: a stream its caller stops at the
+                        # ``__interrupt__`` chunk ends the run before LangGraph reports it.
+                        state.pausing = error
                 # An interrupt, a cancellation or a handoff is no failed attempt to retry.
-                failed = mapping.control_flow_status(error) is None
-                self._chain_ended(state, key, failed=failed)
+                self._chain_ended(state, key, failed=stopped_by is None)
 
     def _rooted_elsewhere(
         self, state: RunState, root: UUID, outputs: Any, error: BaseException | None
@@ -726,6 +732,13 @@ class RunJournal(GraphCallbackHandler):
                 return  # a chain that joined the run of its caller ends nothing
             if state.outcomes.pending and outputs is not None:
                 self._reconcile(state, mapping.messages_in(outputs))
+            if (
+                state.pausing is not None
+                and state.interrupt is None
+                and error is not None
+                and mapping.control_flow_status(error) == "cancelled"
+            ):
+                error = state.pausing  # paused, then its stream was closed (see pausing)
             status, terminal = mapping.terminal_event(outputs, error, state.interrupt)
             # Copied now: with workspace roots it is written after the caller has its outputs.
             mapping.detached_event(terminal)

@@ -326,7 +326,8 @@ def run_interrupt_event(event: GraphInterruptEvent) -> EventKwargs:
 
 
 def interrupt_from_error(error: GraphInterrupt) -> GraphInterruptEvent:
-    """Describe an interrupt that reached the root as an error (no checkpoint was saved)."""
+    """Describe an interrupt known from its error alone (no checkpoint saved, or none that
+    LangGraph reported)."""
     interrupts = error.args[0] if error.args else ()
     return GraphInterruptEvent(
         run_id=None,

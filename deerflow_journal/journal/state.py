@@ -217,6 +217,9 @@ class RunState:
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
+    # An ``interrupt()`` a node of the run's own graph raised: the run pauses, though a stream
+    # closed at its ``__interrupt__`` chunk ends the run before ``on_interrupt`` comes.
+    pausing: BaseException | None = None
     # The thread a root's metadata named where it may be its caller's, while the run waits
     # to see its own config's (see ``RunJournal._start_run``).
     inherited_thread: str | None = None

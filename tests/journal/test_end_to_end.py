@@ -340,3 +340,48 @@ async def test_an_async_stream_closed_early_ends_cancelled():
     assert [e["event_type"] for e in events][-2:] == ["tool.unresolved", "run.error"]
     assert events[-2]["content"]["reason"] == "cancelled"
     assert journal.summary().status == "cancelled"
+
+
+def _pausing_agent() -> Any:
+    model = scripted(ai("", calls=[("ask_human", {"question": "Proceed?"}, "h1")]), ai("Done."))
+    return agent_graph(model, [ask_human], checkpointer=InMemorySaver())
+
+
+def _stop_at_the_pause(graph: Any, config: Any) -> None:
+    updates = graph.stream(QUESTION, config, stream_mode="updates")
+    for chunk in updates:
+        if "__interrupt__" in chunk:  # show the question, read no further
+            break
+    updates.close()
+
+
+async def _astop_at_the_pause(graph: Any, config: Any) -> None:
+    updates = graph.astream(QUESTION, config, stream_mode="updates")
+    async for chunk in updates:
+        if "__interrupt__" in chunk:
+            break
+    await updates.aclose()
+
+
+@pytest.mark.parametrize("stop", [_stop_at_the_pause, _astop_at_the_pause])
+async def test_a_stream_closed_at_its_interrupt_chunk_ends_interrupted(store, stop):
+    """LangGraph reports the pause after it hands the caller the ``__interrupt__`` chunk:
+    the run knew from the node that raised it."""
+    graph, journal = _pausing_agent(), RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "hitl"}}
+    if asyncio.iscoroutinefunction(stop):
+        await stop(graph, config)
+    else:
+        await asyncio.to_thread(stop, graph, config)
+    assert (await graph.aget_state(config)).next == ("tools",)  # the graph did pause
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence[-2:] == ["tool.unresolved", "run.interrupt"]
+    assert summary.status == "interrupted"
+    events = await run_events(journal)
+    assert events[-2]["content"]["reason"] == "interrupted"
+    assert [i["value"] for i in events[-1]["content"]["interrupts"]] == ["Proceed?"]
+    await graph.ainvoke(Command(resume="yes"), config)
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert sequence[:2] == ["run.start", "run.resume"] and summary.status == "success"
