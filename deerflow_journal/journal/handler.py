@@ -279,7 +279,8 @@ class RunJournal(GraphCallbackHandler):
 
     @property
     def thread_id(self) -> str | None:
-        """The thread of the latest run (the fixed one before a run starts)."""
+        """The thread of the latest run (the fixed one before a run starts); ``None`` while
+        a run waits to learn it, until its first step (see README, "How runs are formed")."""
         latest = self._latest
         return self._thread_id if latest is None else latest.thread_id
 
@@ -352,14 +353,15 @@ class RunJournal(GraphCallbackHandler):
     def _root_config_thread(self, state: RunState) -> str | None:
         """The thread of a run's root config where the caller runs in the root's config context
         (its callbacks' parent is the root; for a root that may have inherited its thread,
-        any chain of the run): ``""`` for none; ``None`` elsewhere (a batch starts its items
-        outside their contexts, an executor thread has none)."""
+        also a step the root or a top chain called, such as a node of a root graph: not a
+        graph deeper down, which may name a thread of its own): ``""`` for none; ``None``
+        elsewhere (a batch starts its items outside their contexts, an executor thread has
+        none)."""
         config, caller = _context()
         if caller is None:
             return None
         if caller != state.root and (
-            state.inherited_thread is None
-            or self._runs.get(getattr(caller, "int", caller)) is not state
+            state.inherited_thread is None or getattr(caller, "int", caller) not in state.root_steps
         ):
             return None
         return _config_thread_id(config.get("configurable")) or ""
@@ -451,6 +453,8 @@ class RunJournal(GraphCallbackHandler):
                 if not state.new_humans.state_seen:  # usually the first nested chain only
                     state.new_humans.saw_state(inputs)
                 top = parent == state.root_key or parent in state.top_chains
+                if top and state.thread_id is None and state.inherited_thread is not None:
+                    state.root_steps.add(key)  # runs in the run's config: _root_config_thread
                 top = top and self._top_chain(state, key, kwargs)
                 if state.thread_id is None:
                     self._thread_found(state, top, kwargs.get("metadata"))
@@ -461,10 +465,7 @@ class RunJournal(GraphCallbackHandler):
         # _start_root, inlined: no keyword arguments packed again
         name = mapping.chain_name(serialized, kwargs.get("name"))
         tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
-        snapshot = self._start_run(
-            run_id, name, tags, metadata, inputs, chain=True, inherits=parent_run_id is not None
-        )
-        WorkspaceTracker.wait(snapshot)
+        WorkspaceTracker.wait(self._start_run(run_id, name, tags, metadata, inputs, chain=True))
 
     def _joined_caller_run(self, run_id: UUID, parent_run_id: UUID | None = None) -> bool:
         """A root call given the journal as its own callbacks inside a node of a run in
@@ -522,8 +523,7 @@ class RunJournal(GraphCallbackHandler):
     ) -> Snapshot | None:
         """Start a run at a root call; return its workspace snapshot (``None``: none)."""
         name = mapping.chain_name(serialized, kwargs.get("name"))
-        inherits = kwargs.get("parent_run_id") is not None
-        return self._start_run(run_id, name, tags, metadata, inputs, chain=True, inherits=inherits)
+        return self._start_run(run_id, name, tags, metadata, inputs, chain=True)
 
     def _start_run(
         self,
@@ -534,7 +534,6 @@ class RunJournal(GraphCallbackHandler):
         inputs: Any,
         *,
         chain: bool = False,
-        inherits: bool = False,
     ) -> Snapshot | None:
         """Bind the next run to a root call, write its ``run.start``, start its snapshot.
 
@@ -543,10 +542,10 @@ class RunJournal(GraphCallbackHandler):
         thread into the metadata of its own chain only, so the thread waits for the first
         nested chain, which can read the root's config (``_thread_found``).
 
-        So does a root chain that ``inherits`` its caller's metadata (its parent is a run the
-        journal never saw) while its caller names a thread: LangGraph keeps the thread of the
-        metadata it inherits, not the one its own config names (a subagent's graph on a
-        thread of its own, called from a node).
+        So does a root whose metadata names the thread its caller's config names: it may have
+        inherited it from its caller (LangChain and LangGraph keep the thread of the metadata
+        a call inherits, not the one its own config names: a subagent's graph on a thread of
+        its own, called from a node with a journal of its own).
         """
         if _key(root) in self._runs:  # the journal is among the root's callbacks twice
             return None
@@ -563,7 +562,7 @@ class RunJournal(GraphCallbackHandler):
             thread_id = self._thread_id
             if thread_id is None:
                 thread_id = _config_thread_id(metadata)
-                if inherits and thread_id is not None and thread_id == _context_thread():
+                if thread_id is not None and thread_id == _context_thread():
                     # Perhaps its caller's: the run's own config tells, once a chain of the
                     # run runs in it (else, at its first event, this one it is).
                     state.inherited_thread, thread_id = thread_id, None
@@ -700,12 +699,13 @@ class RunJournal(GraphCallbackHandler):
                 self._rooted_elsewhere(state, run_id, None, error)
             elif state is not None:  # rare: taking the lock waits for a tool ending meanwhile
                 stopped_by = mapping.control_flow_status(error)
-                if stopped_by == "interrupted":
+                if stopped_by in ("interrupted", "cancelled"):
                     parent = getattr(parent_run_id, "int", parent_run_id)
                     if parent == state.root_key or parent in state.top_chains:
                         # The run's own graph pauses: a stream its caller stops at the
                         # ``__interrupt__`` chunk ends the run before LangGraph reports it.
-                        state.pausing = error
+                        # A step of its own cut short is no pause: the run was cancelled.
+                        state.pausing = error if stopped_by == "interrupted" else None
                 # An interrupt, a cancellation or a handoff is no failed attempt to retry.
                 self._chain_ended(state, key, failed=stopped_by is None)
 
@@ -885,8 +885,9 @@ class RunJournal(GraphCallbackHandler):
         resuming its graph within the run ends the pause it recorded)."""
         with self._lock:
             state = self._top_graphs_run(event)
-            if state is not None:
-                state.interrupt = None
+            if state is not None and state.resumed is not event:  # once per duplicate handler
+                state.resumed = event
+                state.interrupt = state.pausing = None
                 self._emit(state, mapping.run_resume_event(event))
 
     def _top_graphs_run(self, event: GraphInterruptEvent | GraphResumeEvent) -> RunState | None:

@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.messages import BaseMessage, HumanMessage
-from langgraph.callbacks import GraphInterruptEvent
+from langgraph.callbacks import GraphInterruptEvent, GraphResumeEvent
 from langgraph.types import Command
 
 from deerflow_journal.cost import estimate_cost
@@ -217,12 +217,16 @@ class RunState:
     last_ai_message: str | None = None
     first_human_message: str | None = None
     interrupt: GraphInterruptEvent | None = None
+    # The latest resume written: a journal among the callbacks twice is told it twice.
+    resumed: GraphResumeEvent | None = None
     # An ``interrupt()`` a node of the run's own graph raised: the run pauses, though a stream
     # closed at its ``__interrupt__`` chunk ends the run before ``on_interrupt`` comes.
     pausing: BaseException | None = None
     # The thread a root's metadata named where it may be its caller's, while the run waits
     # to see its own config's (see ``RunJournal._start_run``).
     inherited_thread: str | None = None
+    # While it waits: the chains the root (or a top chain) called, whose config is the run's.
+    root_steps: set[Hashable] = field(default_factory=set)
     # Chains the root called itself that are not nodes of a root graph (under a wrapped root:
     # its graph, a sequence's steps), by key: their pauses and resumes are the run's.
     top_chains: set[Hashable] = field(default_factory=set)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import operator
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 
 from deerflow_journal import MemoryRunEventStore, RunJournal, RunSummary
 from tests.journal.agents import (
@@ -385,3 +387,54 @@ async def test_a_stream_closed_at_its_interrupt_chunk_ends_interrupted(store, st
     await journal.flush()
     sequence, summary = await stored(journal)
     assert sequence[:2] == ["run.start", "run.resume"] and summary.status == "success"
+
+
+async def test_a_stream_closed_while_a_parallel_step_still_runs_ends_cancelled(store):
+    """One branch pauses while the other still works: closing the stream then cuts that
+    step short, which is no pause."""
+
+    class Log(TypedDict):
+        log: Annotated[list[str], operator.add]
+
+    def ask(state: Log) -> dict[str, Any]:
+        return {"log": [interrupt("Proceed?")]}
+
+    async def work(state: Log) -> dict[str, Any]:
+        await asyncio.Event().wait()  # until the run is cancelled
+        return {"log": ["worked"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("ask", ask)
+    builder.add_node("work", work)
+    builder.add_edge(START, "ask")
+    builder.add_edge(START, "work")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    journal = RunJournal(event_store=store)
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "t"}}
+    updates = graph.astream({"log": []}, config, stream_mode="updates")
+    async for chunk in updates:
+        if "__interrupt__" in chunk:
+            break
+    await updates.aclose()
+    await journal.flush()
+    sequence, summary = await stored(journal)
+    assert (sequence[-1], summary.status) == ("run.error", "cancelled")
+
+
+def test_a_run_cancelled_after_its_graph_resumed_ends_cancelled():
+    """A wrapper pauses its graph, resumes it to the end, and is then cancelled: the pause
+    is over, so the cancellation is no pause."""
+    graph = _pausing_agent()
+
+    def pause_resume_and_stop(inputs: Any, config: RunnableConfig) -> Any:
+        graph.invoke(inputs, config)
+        graph.invoke(Command(resume="yes"), config)
+        raise KeyboardInterrupt  # Ctrl-C
+
+    journal = RunJournal(event_store=MemoryRunEventStore())
+    config: Any = {"callbacks": [journal], "configurable": {"thread_id": "t"}}
+    with pytest.raises(KeyboardInterrupt):
+        RunnableLambda(pause_resume_and_stop).invoke(QUESTION, config)
+    sequence = [e["event_type"] for e in asyncio.run(run_events(journal, flush=True))]
+    assert "run.resume" in sequence and sequence[-1] == "run.error"
+    assert journal.summary().status == "cancelled"
