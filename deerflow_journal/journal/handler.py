@@ -81,9 +81,11 @@ def _context() -> tuple[Mapping[str, Any], Any]:
     return config, getattr(config.get("callbacks"), "parent_run_id", None)
 
 
-def _context_thread() -> str | None:
-    """The thread that LangChain's config context (the caller's config) names, if any."""
-    return _config_thread_id(_context()[0].get("configurable"))
+def _names_context_thread(thread_id: str) -> bool:
+    """Whether LangChain's config context (the caller's config) names ``thread_id``."""
+    config = var_child_runnable_config.get()
+    found = config and (config.get("configurable") or {}).get("thread_id")
+    return found is not None and str(found) == thread_id
 
 
 def _config_thread_id(metadata: Mapping[str, Any] | None) -> str | None:
@@ -361,7 +363,7 @@ class RunJournal(GraphCallbackHandler):
         if caller is None:
             return None
         if caller != state.root and (
-            state.inherited_thread is None or getattr(caller, "int", caller) not in state.root_steps
+            state.root_steps is None or getattr(caller, "int", caller) not in state.root_steps
         ):
             return None
         return _config_thread_id(config.get("configurable")) or ""
@@ -454,7 +456,10 @@ class RunJournal(GraphCallbackHandler):
                     state.new_humans.saw_state(inputs)
                 top = parent == state.root_key or parent in state.top_chains
                 if top and state.thread_id is None and state.inherited_thread is not None:
-                    state.root_steps.add(key)  # runs in the run's config: _root_config_thread
+                    # A step that runs in the run's own config (see _root_config_thread).
+                    if state.root_steps is None:
+                        state.root_steps = set()
+                    state.root_steps.add(key)
                 top = top and self._top_chain(state, key, kwargs)
                 if state.thread_id is None:
                     self._thread_found(state, top, kwargs.get("metadata"))
@@ -562,7 +567,7 @@ class RunJournal(GraphCallbackHandler):
             thread_id = self._thread_id
             if thread_id is None:
                 thread_id = _config_thread_id(metadata)
-                if thread_id is not None and thread_id == _context_thread():
+                if thread_id is not None and _names_context_thread(thread_id):
                     # Perhaps its caller's: the run's own config tells, once a chain of the
                     # run runs in it (else, at its first event, this one it is).
                     state.inherited_thread, thread_id = thread_id, None

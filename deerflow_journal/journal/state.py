@@ -226,7 +226,7 @@ class RunState:
     # to see its own config's (see ``RunJournal._start_run``).
     inherited_thread: str | None = None
     # While it waits: the chains the root (or a top chain) called, whose config is the run's.
-    root_steps: set[Hashable] = field(default_factory=set)
+    root_steps: set[Hashable] | None = None
     # Chains the root called itself that are not nodes of a root graph (under a wrapped root:
     # its graph, a sequence's steps), by key: their pauses and resumes are the run's.
     top_chains: set[Hashable] = field(default_factory=set)
