@@ -14,7 +14,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Self
 from uuid import UUID
 
@@ -74,17 +74,22 @@ def _names_no_thread(metadata: Mapping[str, Any] | None) -> bool:
     return (metadata or {}).get("thread_id") in (None, "")
 
 
+_NO_CONFIG: Mapping[str, Any] = MappingProxyType({})  # what _context gives without a context
+
+
 def _context() -> tuple[Mapping[str, Any], Any]:
     """LangChain's config context of the runnable calling us, and the run its callbacks are
     children of (``None``: no context, or callbacks without a parent)."""
-    config = var_child_runnable_config.get() or {}
-    return config, getattr(config.get("callbacks"), "parent_run_id", None)
+    config = var_child_runnable_config.get()
+    if not config:  # most roots: no context, and no AttributeError raised to see it
+        return _NO_CONFIG, None
+    callbacks = config.get("callbacks")
+    return config, None if callbacks is None else getattr(callbacks, "parent_run_id", None)
 
 
 def _names_context_thread(thread_id: str) -> bool:
     """Whether LangChain's config context (the caller's config) names ``thread_id``."""
-    config = var_child_runnable_config.get()
-    found = config and (config.get("configurable") or {}).get("thread_id")
+    found = (_context()[0].get("configurable") or {}).get("thread_id")
     return found is not None and str(found) == thread_id
 
 
@@ -944,8 +949,8 @@ class RunJournal(GraphCallbackHandler):
                 self._wrote_late(state)
 
     def _own_run(self, run_id: UUID, parent_run_id: UUID | None) -> RunState | None:
-        """The run a model, tool or retriever call belongs to: its parent's, else its own (a
-        call that started a run, or joined its caller's: see ``_start_leaf``)."""
+        """The run a model call belongs to: its parent's, else its own (a call that started a
+        run, or joined its caller's: see ``_start_leaf``)."""
         if parent_run_id is not None:
             state = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
             if state is not None:
@@ -1216,19 +1221,22 @@ class RunJournal(GraphCallbackHandler):
     ) -> None:
         """Time the tool and remember which call it answers."""
         name = kwargs.get("name") or (serialized or {}).get("name")
-        if parent_run_id is None or getattr(parent_run_id, "int", parent_run_id) not in self._runs:
-            # Called directly, or a root all the same (see ``_rooted_elsewhere``).
+        key, runs = getattr(run_id, "int", run_id), self._runs
+        # The run it belongs to, looked up once as a chat model's start does: its parent's,
+        # else its own once started (called directly, or a root all the same: see
+        # ``_rooted_elsewhere``).
+        parent = None if parent_run_id is None else getattr(parent_run_id, "int", parent_run_id)
+        state = None if parent is None else runs.get(parent)
+        if state is None:
             inputs = kwargs.get("inputs", input_str)
             tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
             self._start_leaf(serialized, inputs, run_id, tags, metadata, kwargs, parent_run_id)
-            parent_run_id = None
+            state = runs.get(key)
         self._lock.acquire()  # not `with`: half the cost on CPython 3.11, on every event
         try:
-            state = self._own_run(run_id, parent_run_id)
             if state is None:
                 return
-            key = getattr(run_id, "int", run_id)
-            self._runs[key] = state
+            runs[key] = state
             state.tool_starts[key] = ToolStart(time.monotonic(), kwargs.get("tool_call_id"), name)
         finally:
             self._lock.release()
